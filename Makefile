@@ -1,0 +1,38 @@
+# karpweb: `make run` starts the platform on embedded defaults; `make test` runs the suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test test-fast lint crds bench-webhook clean
+
+setup: $(STAMP)
+
+# Reinstall only when a requirements file changed: `make setup` is idempotent and cheap.
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+	touch $(STAMP)
+
+run: setup
+	exec $(PY) manage.py run
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+# Render deploy/crds/ from the schema the validator uses.
+crds: setup
+	$(PY) manage.py crds --out deploy/crds
+
+bench-webhook: setup
+	$(PY) bench/webhook_latency.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

