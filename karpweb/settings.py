@@ -5,6 +5,7 @@ starts, the simulated cluster and the simulated AWS).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import dj_database_url
@@ -106,6 +107,8 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 # Without collectstatic (a checkout), WhiteNoise serves straight from the finders.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
+# STATIC_ROOT exists only after collectstatic (the image); a checkout serves from finders.
+warnings.filterwarnings("ignore", message="No directory at")
 
 # Security headers; HTTPS-only cookies when served behind TLS.
 SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -104,6 +104,26 @@ class EC2NodeClass(CustomResource):
         verbose_name = "EC2NodeClass"
         verbose_name_plural = "EC2NodeClasses"
 
+    @property
+    def identity(self) -> str:
+        """The IAM role, or the instance profile, nodes launch with."""
+        return self.spec.get("role") or self.spec.get("instanceProfile") or ""
+
+    @property
+    def ami_selector(self) -> str:
+        """The AMI selector terms in a few words (``al2023@latest``, ``ami-0abc``...)."""
+        words = []
+        for term in self.spec.get("amiSelectorTerms") or []:
+            if not isinstance(term, dict):
+                continue
+            for key in ("alias", "id", "name", "ssmParameter"):
+                if term.get(key):
+                    words.append(str(term[key]))
+                    break
+            else:
+                words.append("tags " + ",".join(f"{k}={v}" for k, v in (term.get("tags") or {}).items()))
+        return ", ".join(words)
+
 
 RESOURCE_MODELS: dict[str, type[CustomResource]] = {
     "NodePool": NodePool,

@@ -329,9 +329,9 @@ def validate(node: Node, value: Any, path: str, walk: Walk, old: Any = MISSING) 
         _validate_map(node, value, path, walk, old)
     elif isinstance(node, Object):
         _validate_object(node, value, path, walk, old)
-    # CEL rules run on a structurally sound node only (their expressions assume types).
-    if len(walk.errors) == before:
-        _run_rules(node, value, path, walk, old)
+    # Rules run even below a structural error, so one pass reports every problem; a rule
+    # that cannot be evaluated over broken children stays quiet (the children are reported).
+    _run_rules(node, value, path, walk, old, quiet_errors=len(walk.errors) > before)
 
 
 def _validate_string(node: String, value: str, path: str, walk: Walk) -> None:
@@ -421,24 +421,19 @@ def _validate_object(node: Object, value: dict[str, Any], path: str, walk: Walk,
             validate(child, value[name], join(path, name), walk, old_dict.get(name, MISSING))
 
 
-def _run_rules(node: Node, value: Any, path: str, walk: Walk, old: Any) -> None:
+def _run_rules(node: Node, value: Any, path: str, walk: Walk, old: Any, quiet_errors: bool) -> None:
     for rule in node.rules:
-        if rule.transition:
-            if old is MISSING or old is None:
-                continue
-            outcome = _evaluate(rule, value, old)
-        else:
-            outcome = _evaluate(rule, value)
-        for suffix in _failures(outcome):
+        if rule.transition and (old is MISSING or old is None):
+            continue
+        try:
+            outcome = rule.check(value, old) if rule.transition else rule.check(value)
+            failures = list(_failures(outcome))
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError):
+            # A CEL expression that errors rejects the object, as upstream; unless the
+            # error comes from children already reported as malformed.
+            failures = [] if quiet_errors else [""]
+        for suffix in failures:
             walk.error(path + suffix, rule.message)
-
-
-def _evaluate(rule: Rule, *args: Any) -> bool | Iterable[str]:
-    try:
-        return rule.check(*args)
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError):
-        # A CEL expression that errors rejects the object; say which rule.
-        return False
 
 
 def _failures(outcome: bool | Iterable[str]) -> Iterator[str]:
