@@ -12,6 +12,7 @@ Pure Python: no Django here, so the webhook's hot path stays cheap.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -231,8 +232,22 @@ def each_key(predicate: Callable[[str], bool]) -> Check:
     return check
 
 
-def key_path(key: str) -> str:
+def key_path(key: Any) -> str:
+    if not isinstance(key, str):
+        return repr(key)
     return key if re.fullmatch(r"[A-Za-z0-9_.\-/]+", key) else repr(key)
+
+
+@functools.lru_cache(maxsize=256)
+def go_pattern(pattern: str) -> re.Pattern[str]:
+    """An OpenAPI pattern with Go's meaning: ``$`` is the end of the text, where
+    Python's ``$`` would also match before a final newline."""
+    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
+
+
+def matches(pattern: str, value: str) -> bool:
+    """Unanchored search, as Go's ``regexp.MatchString`` (anchors live in the pattern)."""
+    return go_pattern(pattern).search(value) is not None
 
 
 def has(obj: Any, name: str) -> bool:
@@ -321,7 +336,7 @@ def validate(node: Node, value: Any, path: str, walk: Walk, old: Any = MISSING) 
     elif isinstance(node, Integer):
         _validate_integer(node, value, path, walk)
     elif isinstance(node, IntOrString):
-        if node.pattern and not re.search(node.pattern, str(value)):
+        if node.pattern and not matches(node.pattern, str(value)):
             walk.error(path, f"Invalid value: {show(value)}: must be a quantity like 10, 500m or 4Gi")
     elif isinstance(node, Array):
         _validate_array(node, value, path, walk, old)
@@ -349,7 +364,7 @@ def _validate_string(node: String, value: str, path: str, walk: Walk) -> None:
         walk.error(path, f"Invalid value: {show(value)}: should be at least {node.min_length} chars long")
         return
     # OpenAPI patterns are unanchored (Go regexp.MatchString); anchors live in the text.
-    if node.pattern and not re.search(node.pattern, value):
+    if node.pattern and not matches(node.pattern, value):
         walk.error(path, f"Invalid value: {show(value)}: should match '{node.pattern}'")
     if node.format == "date-time" and not _DATE_TIME.match(value):
         walk.error(path, f"Invalid value: {show(value)}: must be an RFC 3339 date-time")

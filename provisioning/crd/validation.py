@@ -128,9 +128,8 @@ def _warn_unknown_nodeclass(
     if not isinstance(ref, dict) or ref.get("kind") != "EC2NodeClass" or not isinstance(ref.get("name"), str):
         return
     if ref["name"] and not exists(ref["name"]):
-        walk.warnings.append(
-            f"nodeClassRef: EC2NodeClass {ref['name']!r} not found; the NodePool is not Ready until it exists"
-        )
+        name = ref["name"] if len(ref["name"]) <= 40 else ref["name"][:37] + "..."
+        walk.warnings.append(f"nodeClassRef: EC2NodeClass {name!r} not found; the NodePool is not Ready until it exists")
 
 
 def _unique(errors: list[FieldError]) -> list[FieldError]:
