@@ -129,7 +129,7 @@ def _warn_unknown_nodeclass(
         return
     if ref["name"] and not exists(ref["name"]):
         name = ref["name"] if len(ref["name"]) <= 40 else ref["name"][:37] + "..."
-        walk.warnings.append(f"nodeClassRef: EC2NodeClass {name!r} not found; the NodePool is not Ready until it exists")
+        walk.warnings.append(f"EC2NodeClass {name!r} not found; the NodePool is not Ready until it exists")
 
 
 def _unique(errors: list[FieldError]) -> list[FieldError]:
