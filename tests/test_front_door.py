@@ -25,8 +25,13 @@ def start_make_run(tmp_path: Path, port: int) -> subprocess.Popen[str]:
     env.update(PORT=str(port), KARPWEB_VAR_DIR=str(tmp_path / "var"), PYTHONUNBUFFERED="1")
     # Its own session, so the test can check afterwards that the whole group is gone.
     return subprocess.Popen(
-        ["make", "--no-print-directory", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        ["make", "--no-print-directory", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -147,7 +152,10 @@ def test_settings_defaults_are_safe():
     code = "from django.conf import settings; print(settings.DEBUG, settings.ALLOWED_HOSTS)"
     out = subprocess.run(
         [str(ROOT / ".venv/bin/python"), "-c", f"import django; django.setup(); {code}"],
-        env={**env, "DJANGO_SETTINGS_MODULE": "karpweb.settings"}, cwd=ROOT, capture_output=True, text=True,
+        env={**env, "DJANGO_SETTINGS_MODULE": "karpweb.settings"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         check=True,
     ).stdout
     assert out.strip() == "False ['127.0.0.1', 'localhost']"

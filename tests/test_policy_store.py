@@ -43,9 +43,10 @@ def test_the_seed_round_trips_exactly_through_import_and_export():
         "ec2nodeclass.karpenter.k8s.aws/default created",
         "nodepool.karpenter.sh/general created",
     ]
-    assert "Warning: consolidationPolicy \"WhenUnderutilized\"" in err
-    originals = {d["kind"]: d for f in ("nodepool.yaml", "ec2nodeclass.yaml")
-                 for d in load_documents((SEED / f).read_bytes())}
+    assert 'Warning: consolidationPolicy "WhenUnderutilized"' in err
+    originals = {
+        d["kind"]: d for f in ("nodepool.yaml", "ec2nodeclass.yaml") for d in load_documents((SEED / f).read_bytes())
+    }
     exported = {d["kind"]: d for d in load_documents(export("--for-apply"))}
     for kind, original in originals.items():
         assert exported[kind] == crd.default(original), kind
@@ -105,10 +106,13 @@ def test_import_is_all_or_nothing_and_names_the_file_document_and_field():
     [
         ("key: [unclosed", "not valid YAML"),
         ("- just\n- a list\n", "expected a mapping"),
-        ("{\"kind\": ", "not valid JSON"),
-        ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-         "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-         "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n", "aliases"),
+        ('{"kind": ', "not valid JSON"),
+        (
+            "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+            "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+            "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
+            "aliases",
+        ),
         ("a: !!python/object:os.system x\n", "not valid YAML"),
         ("x: " + "[" * 200 + "]" * 200, "nested more than 64 levels"),
     ],

@@ -172,9 +172,7 @@ MSG_NODEPOOL = 'label "karpenter.sh/nodepool" is restricted'
 MSG_HOSTNAME = 'label "kubernetes.io/hostname" is restricted'
 MSG_IN_VALUES = "requirements with operator 'In' must have a value defined"
 MSG_INT_VALUE = "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value"
-MSG_MIN_VALUES = (
-    "requirements with 'minValues' must have at least that many values specified in the 'values' field"
-)
+MSG_MIN_VALUES = "requirements with 'minValues' must have at least that many values specified in the 'values' field"
 MSG_SCHEDULE = "'schedule' must be set with 'duration'"
 MSG_STATIC_SWITCH = (
     "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes"
@@ -192,9 +190,7 @@ ACCEPTED = [
     accept(1, "spec-template-and-template-spec", nodepool()),
     accept(2, "empty-requirements", with_template_spec(requirements=[])),
     accept(3, "group-without-slash", with_ref(group="karpenter.k8s.aws", kind="EC2NodeClass", name="gpu")),
-    accept(
-        4, "100-requirements", with_requirements(*[req(f"example.com/k{i}", "Exists") for i in range(100)])
-    ),
+    accept(4, "100-requirements", with_requirements(*[req(f"example.com/k{i}", "Exists") for i in range(100)])),
     accept(5, "key-and-operator", with_requirements(req("example.com/team", "Exists"))),
     accept(6, "key-316-chars", with_requirements(req(KEY_316, "Exists"))),
     accept(6, "key-without-prefix", with_requirements(req("team", "In", ["a"]))),
@@ -249,9 +245,7 @@ ACCEPTED = [
     accept(15, "balanced", with_disruption(consolidationPolicy="Balanced")),
     accept(15, "when-empty", with_disruption(consolidationPolicy="WhenEmpty")),
     accept(16, "50-budgets", with_budgets(*[{"nodes": "1"}] * 50)),
-    accept(
-        17, "nodes-forms", with_budgets({"nodes": "100%"}, {"nodes": "0"}, {"nodes": "5"}, {"nodes": "0%"})
-    ),
+    accept(17, "nodes-forms", with_budgets({"nodes": "100%"}, {"nodes": "0"}, {"nodes": "5"}, {"nodes": "0%"})),
     accept(
         17,
         "schedule-duration-reasons",
@@ -309,9 +303,7 @@ ACCEPTED = [
     accept(32, "capacity-type-label", with_labels({"karpenter.sh/capacity-type": "spot"})),
     accept(33, "other-nodepool-label", with_labels({"example.com/nodepool": "x"})),
     accept(34, "kubernetes-io-arch-label", with_labels({"kubernetes.io/arch": "amd64"})),
-    accept(
-        35, "schedule-with-duration", with_budgets({"nodes": "0", "schedule": "@weekly", "duration": "1h"})
-    ),
+    accept(35, "schedule-with-duration", with_budgets({"nodes": "0", "schedule": "@weekly", "duration": "1h"})),
     accept(36, "static-stays-static", with_spec(replicas=5, limits={"nodes": 5}), old=OLD_STATIC),
     accept(36, "dynamic-stays-dynamic", with_spec(weight=10), old=OLD_DYNAMIC),
     accept(37, "static-nodes-limit", with_spec(replicas=3, limits={"nodes": 3})),
@@ -342,9 +334,7 @@ ACCEPTED = [
         ),
     ),
     accept(44, "alias-normalized", with_requirements(req("beta.kubernetes.io/arch", "In", ["arm64"]))),
-    accept(
-        44, "well-known-aws-key", with_requirements(req("karpenter.k8s.aws/instance-family", "In", ["m5"]))
-    ),
+    accept(44, "well-known-aws-key", with_requirements(req("karpenter.k8s.aws/instance-family", "In", ["m5"]))),
     accept(44, "exists-with-values", with_requirements(req("example.com/team", "Exists", ["a"]))),
     accept(
         45,
@@ -359,9 +349,7 @@ ACCEPTED = [
     accept(
         45,
         "capacity-type-min-values-met",
-        with_requirements(
-            req("karpenter.sh/capacity-type", "In", ["spot", "on-demand", "reserved"], minValues=3)
-        ),
+        with_requirements(req("karpenter.sh/capacity-type", "In", ["spot", "on-demand", "reserved"], minValues=3)),
     ),
     accept(46, "nodepool-like-key", with_requirements(req("example.com/nodepool", "Exists"))),
 ]
@@ -511,9 +499,7 @@ REJECTED = [
         f"{TS}.taints[0].timeAdded",
         "date-time",
     ),
-    reject(
-        12, "expire-after-days", with_template_spec(expireAfter="30d"), f"{TS}.expireAfter", "should match"
-    ),
+    reject(12, "expire-after-days", with_template_spec(expireAfter="30d"), f"{TS}.expireAfter", "should match"),
     reject(
         12,
         "expire-after-fraction",
@@ -785,9 +771,7 @@ REJECTED = [
         f"{LABELS}[Example.com/x]",
         "prefix part",
     ),
-    reject(
-        40, "label-key-trailing-newline", with_labels({"team\n": "x"}), f"{LABELS}['team\\n']", "name part"
-    ),
+    reject(40, "label-key-trailing-newline", with_labels({"team\n": "x"}), f"{LABELS}['team\\n']", "name part"),
     reject(
         41,
         "label-value-trailing-newline",
@@ -861,9 +845,7 @@ REJECTED = [
         f"{REQ}[0].key",
         "prefix part must be a lowercase RFC 1123 subdomain",
     ),
-    reject(
-        44, "key-trailing-newline", with_requirements(req("team\n", "Exists")), f"{REQ}[0].key", "name part"
-    ),
+    reject(44, "key-trailing-newline", with_requirements(req("team\n", "Exists")), f"{REQ}[0].key", "name part"),
     reject(
         44,
         "value-invalid",
@@ -909,9 +891,7 @@ def test_rule_accepts(doc: dict[str, Any], old: dict[str, Any] | None) -> None:
 
 
 @pytest.mark.parametrize(("doc", "old", "path", "message", "exact"), REJECTED)
-def test_rule_rejects(
-    doc: dict[str, Any], old: dict[str, Any] | None, path: str, message: str, exact: bool
-) -> None:
+def test_rule_rejects(doc: dict[str, Any], old: dict[str, Any] | None, path: str, message: str, exact: bool) -> None:
     result = validate(doc, old=old)
     found = messages_at(result, path)
     assert found, f"no error at {path!r}; errors: {errors(result)}"
@@ -1047,9 +1027,7 @@ def test_static_dynamic_switch_is_refused_both_ways() -> None:
 
 def test_null_replicas_counts_as_unset() -> None:
     assert errors(validate(with_spec(replicas=None), old=nodepool())) == []
-    assert errors(validate(with_spec(replicas=None), old=with_spec(replicas=1))) == [
-        ("spec", MSG_STATIC_SWITCH)
-    ]
+    assert errors(validate(with_spec(replicas=None), old=with_spec(replicas=1))) == [("spec", MSG_STATIC_SWITCH)]
 
 
 # ---------------------------------------------------------------- label domains and aliases
@@ -1208,16 +1186,10 @@ def test_known_or_unchecked_nodeclass_earns_no_warning() -> None:
 WARNING_DOCS = {
     "legacy-policy": with_disruption(consolidationPolicy="WhenUnderutilized"),
     "longest-alias": with_requirements(req("failure-domain.beta.kubernetes.io/region", "Exists")),
-    "capacity-type-long-value": with_requirements(
-        req("karpenter.sh/capacity-type", "In", ["spot", "x" * 63])
-    ),
-    "instance-family-long-value": with_requirements(
-        req("karpenter.k8s.aws/instance-family", "In", ["y" * 63])
-    ),
+    "capacity-type-long-value": with_requirements(req("karpenter.sh/capacity-type", "In", ["spot", "x" * 63])),
+    "instance-family-long-value": with_requirements(req("karpenter.k8s.aws/instance-family", "In", ["y" * 63])),
     "exists-with-values-long-key": with_requirements(req(KEY_316, "DoesNotExist", ["a"])),
-    "capacity-type-huge-value": with_requirements(
-        req("karpenter.sh/capacity-type", "In", ["spot", "z" * 5000])
-    ),
+    "capacity-type-huge-value": with_requirements(req("karpenter.sh/capacity-type", "In", ["spot", "z" * 5000])),
 }
 
 
@@ -1236,9 +1208,7 @@ def test_unknown_nodeclass_warning_with_a_long_name_is_under_120_characters() ->
 def test_exists_with_values_warns_instead_of_rejecting() -> None:
     result = validate(with_requirements(req("example.com/team", "Exists", ["a"])))
     assert errors(result) == []
-    assert result.warnings == [
-        "requirement 'example.com/team': operator Exists takes no values; they are ignored"
-    ]
+    assert result.warnings == ["requirement 'example.com/team': operator Exists takes no values; they are ignored"]
 
 
 # ---------------------------------------------------------------- malformed documents

@@ -117,9 +117,7 @@ def test_delete_is_always_allowed_and_warns_when_the_nodeclass_is_in_use(client,
     apply_manifest(seed_nodepool, source="cli")
     result = answer(post(client, review(None, operation="DELETE", old=seed_ec2nodeclass)))
     assert result["allowed"] is True
-    assert result["warnings"] == [
-        "EC2NodeClass 'default' is still used by NodePool general; they stop launching nodes"
-    ]
+    assert result["warnings"] == ["EC2NodeClass 'default' is still used by NodePool general; they stop launching nodes"]
 
 
 def test_delete_of_an_invalid_object_is_allowed(client):
@@ -142,8 +140,9 @@ def test_another_kind_is_denied_with_a_message(client):
     result = answer(post(client, request))
     assert result["allowed"] is False
     assert result["status"]["code"] == 400
-    assert "karpweb validates NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)" in (
-        result["status"]["message"]
+    assert (
+        "karpweb validates NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)"
+        in (result["status"]["message"])
     )
 
 
@@ -166,8 +165,10 @@ def test_a_v1beta1_review_is_answered_in_v1beta1(client, seed_ec2nodeclass):
         (b"[1, 2]", "expected an AdmissionReview object"),
         (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), "no request"),
         (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}), "no string uid"),
-        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 7}}),
-         "no string uid"),
+        (
+            json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 7}}),
+            "no string uid",
+        ),
         (json.dumps({"apiVersion": "v1", "kind": "Pod", "request": {"uid": "x"}}), "expected kind AdmissionReview"),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
         (b"\xff\xfe\x00", "not JSON"),
@@ -194,9 +195,19 @@ def test_a_huge_body_is_refused_with_400(client, settings):
         "a string",
         {"apiVersion": "karpenter.sh/v1", "kind": "NodePool"},
         {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "x"}, "spec": []},
-        {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "x"},
-         "spec": {"template": {"spec": {"requirements": [{"key": "k", "operator": "In", "values": ["v"]}] * 10_000,
-                                        "nodeClassRef": {"group": "g", "kind": "k", "name": "n"}}}}},
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "x"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "requirements": [{"key": "k", "operator": "In", "values": ["v"]}] * 10_000,
+                        "nodeClassRef": {"group": "g", "kind": "k", "name": "n"},
+                    }
+                }
+            },
+        },
         {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "x"}, "spec": {"a": {"b": {}}}},
     ],
     ids=["no-object", "string-object", "no-metadata", "spec-is-a-list", "10000-requirements", "unknown-fields"],

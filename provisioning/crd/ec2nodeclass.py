@@ -77,8 +77,10 @@ EVICTION_SIGNALS = (
     "imagefs.inodesFree",
     "pid.available",
 )
-EVICTION_SIGNALS_CEL = "['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available'," \
+EVICTION_SIGNALS_CEL = (
+    "['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available',"
     "'imagefs.inodesFree','pid.available']"
+)
 RESERVED_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pid")
 
 # Kubelet's own defaults, for the one-sided image GC warnings.
@@ -91,6 +93,30 @@ USER_DATA_LIMIT = 16384
 # ------------------------------------------------------------------ helpers
 
 
+# Rules also run above children already reported as malformed; a check then raises
+# (TypeError here) instead of answering, so the framework keeps it quiet rather than
+# adding a misleading second error. These helpers make the checks strict about types.
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(x, dict) for x in value):
+        raise TypeError("not a list of objects")
+    return value
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError("not an object")
+    return value
+
+
+def _integer(value: Any) -> int:
+    """An integer as the schema admits it (1.0 included, as JSON numbers go)."""
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+        raise TypeError("not an integer")
+    return int(value)
+
+
 def term_has(term: Any, name: str) -> bool:
     """CEL ``has(term.name)`` for a selector term.
 
@@ -100,7 +126,7 @@ def term_has(term: Any, name: str) -> bool:
     ``{tags: {}}`` reaches Karpenter as ``{}`` and is rejected with "expected at least
     one, got none". We give raw YAML the same answer users get from Go clients.
     """
-    if not has(term, name):
+    if not has(_mapping(term), name):
         return False
     return not (name == "tags" and term[name] == {})
 
@@ -156,7 +182,7 @@ def _family_rule(alias_family: str, ami_family: str) -> Rule:
             return True
         uses = any(
             has(x, "alias") and alias_family_prefix(x["alias"]) == alias_family
-            for x in spec["amiSelectorTerms"]
+            for x in _dicts(spec["amiSelectorTerms"])
         )
         return spec["amiFamily"] in ("Custom", ami_family) if uses else True
 
@@ -173,7 +199,7 @@ SPEC_RULES = (
     Rule(
         "self.amiSelectorTerms.exists(x, has(x.alias)) ? true : has(self.amiFamily)",
         "must specify amiFamily if amiSelectorTerms does not contain an alias",
-        lambda s: any(has(x, "alias") for x in s["amiSelectorTerms"]) or has(s, "amiFamily"),
+        lambda s: any(has(x, "alias") for x in _dicts(s["amiSelectorTerms"])) or has(s, "amiFamily"),
     ),
 )
 
@@ -228,8 +254,7 @@ AMI_SELECTOR_TERM = Object(
                     _alias_format_ok,
                 ),
                 Rule(
-                    "self.split('@')[0] in ['al2','al2023','bottlerocket','windows2019','windows2022',"
-                    "'windows2025']",
+                    "self.split('@')[0] in ['al2','al2023','bottlerocket','windows2019','windows2022','windows2025']",
                     "family is not supported, must be one of the following: 'al2', 'al2023', "
                     "'bottlerocket', 'windows2019', 'windows2022', 'windows2025'",
                     lambda a: a.split("@")[0] in ALIAS_FAMILIES,
@@ -239,8 +264,7 @@ AMI_SELECTOR_TERM = Object(
                     "self.split('@')[1] == 'latest' : true",
                     "windows families may only specify version 'latest'",
                     # split('@')[1] on an alias without '@' is a CEL error: IndexError here.
-                    lambda a: a.split("@")[1] == "latest" if a.split("@")[0] in WINDOWS_ALIAS_FAMILIES
-                    else True,
+                    lambda a: a.split("@")[1] == "latest" if a.split("@")[0] in WINDOWS_ALIAS_FAMILIES else True,
                 ),
             ),
         ),
@@ -271,8 +295,7 @@ AMI_SELECTOR_TERMS = Array(
         ),
         Rule(
             "!self.exists(x, has(x.alias) && (has(x.id) || has(x.tags) || has(x.name) || has(x.owner)))",
-            "'alias' is mutually exclusive, cannot be set with a combination of other fields in "
-            "amiSelectorTerms",
+            "'alias' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms",
             each(lambda x: not (term_has(x, "alias") and _any_of("id", "tags", "name", "owner")(x))),
         ),
         Rule(
@@ -301,8 +324,7 @@ SUBNET_SELECTOR_TERMS = Array(
         ),
         Rule(
             "!self.all(x, has(x.id) && has(x.tags))",
-            "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet "
-            "selector term",
+            "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term",
             _not_all(_id_with("tags")),
         ),
     ),
@@ -363,8 +385,7 @@ CAPACITY_RESERVATION_SELECTOR_TERMS = Array(
         ),
         Rule(
             "!self.all(x, has(x.id) && (has(x.tags) || has(x.ownerID) || has(x.instanceMatchCriteria)))",
-            "'id' is mutually exclusive, cannot be set along with other fields in a capacity reservation "
-            "selector term",
+            "'id' is mutually exclusive, cannot be set along with other fields in a capacity reservation selector term",
             _not_all(_id_with("tags", "ownerID", "instanceMatchCriteria")),
         ),
     ),
@@ -395,7 +416,7 @@ PLACEMENT_GROUP_SELECTOR = Object(
 
 
 def _one_root_volume(mappings: list[dict[str, Any]]) -> bool:
-    return sum(1 for x in mappings if has(x, "rootVolume") and x["rootVolume"] is True) <= 1
+    return sum(1 for x in _dicts(mappings) if has(x, "rootVolume") and x["rootVolume"] is True) <= 1
 
 
 EBS = Object(
@@ -445,22 +466,31 @@ BLOCK_DEVICE_MAPPINGS = Array(
 )
 
 
+def _interfaces(items: Any) -> list[dict[str, Any]]:
+    for x in _dicts(items):
+        _integer(x["deviceIndex"])
+        _integer(x["networkCardIndex"])
+        if not isinstance(x["interfaceType"], str):
+            raise TypeError("interfaceType is not a string")
+    return items
+
+
 def _has_primary_interface(items: list[dict[str, Any]]) -> bool:
+    items = _interfaces(items)
     return len(items) == 0 or any(
-        x["deviceIndex"] == 0 and x["networkCardIndex"] == 0 and x["interfaceType"] == "interface"
-        for x in items
+        x["deviceIndex"] == 0 and x["networkCardIndex"] == 0 and x["interfaceType"] == "interface" for x in items
     )
 
 
 def _unique_interfaces(items: list[dict[str, Any]]) -> Iterable[str]:
+    items = _interfaces(items)
+
     def ok(x: dict[str, Any]) -> bool:
         same_slot = [
-            y for y in items
-            if x["networkCardIndex"] == y["networkCardIndex"] and x["deviceIndex"] == y["deviceIndex"]
+            y for y in items if x["networkCardIndex"] == y["networkCardIndex"] and x["deviceIndex"] == y["deviceIndex"]
         ]
         efa_on_card = [
-            y for y in items
-            if x["networkCardIndex"] == y["networkCardIndex"] and y["interfaceType"] == "efa-only"
+            y for y in items if x["networkCardIndex"] == y["networkCardIndex"] and y["interfaceType"] == "efa-only"
         ]
         return len(same_slot) == 1 and (x["interfaceType"] != "efa-only" or len(efa_on_card) == 1)
 
@@ -546,15 +576,16 @@ def _keys_matched(field: str, other: str) -> Callable[[dict[str, Any]], bool | I
     def check(kubelet: dict[str, Any]) -> bool | Iterable[str]:
         if not has(kubelet, field):
             return True
-        matches = kubelet.get(other) or {}
-        return [f".{field}[{key_path(e)}]" for e in kubelet[field] if e not in matches]
+        matches = _mapping(kubelet[other]) if has(kubelet, other) else {}
+        return [f".{field}[{key_path(e)}]" for e in _mapping(kubelet[field]) if e not in matches]
 
     return check
 
 
 def _image_gc_ordered(kubelet: dict[str, Any]) -> bool:
     if has(kubelet, "imageGCHighThresholdPercent") and has(kubelet, "imageGCLowThresholdPercent"):
-        return kubelet["imageGCHighThresholdPercent"] > kubelet["imageGCLowThresholdPercent"]
+        high = _integer(kubelet["imageGCHighThresholdPercent"])
+        return high > _integer(kubelet["imageGCLowThresholdPercent"])
     return True
 
 
@@ -715,8 +746,7 @@ STATUS = Object(preserve_unknown=True)
 
 _GO_DURATION = re.compile(r"[-+]?(0|(([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)")
 _GO_DURATION_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
-_NANOS = {"ns": 1, "us": 10**3, "µs": 10**3, "μs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9,
-          "h": 3600 * 10**9}
+_NANOS = {"ns": 1, "us": 10**3, "µs": 10**3, "μs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
 _PERCENT = re.compile(r"(\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?)%", re.ASCII)
 _QUANTITY = re.compile(QUANTITY_PATTERN.removeprefix("^").removesuffix("$"))
 _MANTISSA = re.compile(r"[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))")
@@ -763,10 +793,10 @@ def runtime_validate(spec: dict[str, Any], walk: Walk) -> None:
 
 def _validate_kubelet(kubelet: dict[str, Any], family: str | None, walk: Walk) -> None:
     if "registerWithTaints" in kubelet:
-        walk.error(
-            "spec.kubelet.registerWithTaints",
-            "Forbidden: Karpenter owns registerWithTaints; set taints or startupTaints on the NodePool",
-        )
+        # The strict schema already called it an unknown field; say why instead.
+        path = "spec.kubelet.registerWithTaints"
+        walk.errors[:] = [e for e in walk.errors if not (e.path == path and e.message.startswith("unknown field"))]
+        walk.error(path, "Forbidden: Karpenter owns registerWithTaints; set taints or startupTaints on the NodePool")
     for field in ("evictionHard", "evictionSoft"):
         thresholds = kubelet.get(field)
         if not isinstance(thresholds, dict):
@@ -775,8 +805,7 @@ def _validate_kubelet(kubelet: dict[str, Any], family: str | None, walk: Walk) -
             if isinstance(value, str) and not _threshold_ok(value):
                 walk.error(
                     f"spec.kubelet.{field}[{key_path(signal)}]",
-                    f"Invalid value: {show(value)}: must be a percentage from 0% to 100% "
-                    "or a non-negative quantity",
+                    f"Invalid value: {show(value)}: must be a percentage from 0% to 100% or a non-negative quantity",
                 )
     periods = kubelet.get("evictionSoftGracePeriod")
     if isinstance(periods, dict):
@@ -789,8 +818,8 @@ def _validate_kubelet(kubelet: dict[str, Any], family: str | None, walk: Walk) -
                     f"spec.kubelet.evictionSoftGracePeriod[{key_path(signal)}]",
                     f"Invalid value: {show(value)}: must be a non-negative duration like 30s, 1m30s or 2h",
                 )
-    grace = kubelet.get("evictionMaxPodGracePeriod")
-    if isinstance(grace, int) and not isinstance(grace, bool) and grace < 0:
+    grace = _int(kubelet.get("evictionMaxPodGracePeriod"))
+    if grace is not None and grace < 0:
         walk.error(
             "spec.kubelet.evictionMaxPodGracePeriod",
             f"Invalid value: {grace}: should be greater than or equal to 0",
@@ -799,7 +828,10 @@ def _validate_kubelet(kubelet: dict[str, Any], family: str | None, walk: Walk) -
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    try:
+        return _integer(value)
+    except TypeError:
+        return None
 
 
 def _warn_kubelet(kubelet: dict[str, Any], family: str | None, walk: Walk) -> None:
@@ -822,7 +854,14 @@ def _warn_kubelet(kubelet: dict[str, Any], family: str | None, walk: Walk) -> No
     if isinstance(dns, list):
         for i, address in enumerate(dns):
             if isinstance(address, str) and not _is_ip(address):
-                walk.warnings.append(f"kubelet.clusterDNS[{i}] {show(address)[:60]} is not an IP address; kubelet ignores it")
+                walk.warnings.append(
+                    f"kubelet.clusterDNS[{i}] {_quote(address)} is not an IP address; kubelet ignores it"
+                )
+
+
+def _quote(text: str, limit: int = 40) -> str:
+    """A value for a warning: quoted, cut to ``limit`` characters so warnings stay short."""
+    return show(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _is_ip(text: str) -> bool:
@@ -837,7 +876,7 @@ def _warn(spec: dict[str, Any], walk: Walk) -> None:
     for term in _alias_terms(spec):
         if term["alias"].split("@")[0] == "al2":
             walk.warnings.append(
-                f"alias {show(term['alias'])[:40]}: AL2 aliases are rejected on EKS >= 1.33; consider al2023"
+                f"alias {_quote(term['alias'])}: AL2 aliases are rejected on EKS >= 1.33; consider al2023"
             )
     options = spec.get("metadataOptions")
     if isinstance(options, dict) and options.get("httpTokens") == "optional":
@@ -846,4 +885,4 @@ def _warn(spec: dict[str, Any], walk: Walk) -> None:
     if isinstance(tags, dict):
         for key in tags:
             if isinstance(key, str) and key.lower().startswith("aws:"):
-                walk.warnings.append(f"tag {show(key)[:60]}: the aws: prefix is reserved by AWS; EC2 rejects it at launch")
+                walk.warnings.append(f"tag {_quote(key)}: the aws: prefix is reserved by AWS; EC2 rejects it at launch")

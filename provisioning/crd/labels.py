@@ -38,12 +38,28 @@ WELL_KNOWN_LABELS = frozenset(
     {NODEPOOL, CAPACITY_TYPE, INSTANCE_TYPE, ARCH, OS, ZONE, REGION, WINDOWS_BUILD}
     | {
         f"karpenter.k8s.aws/instance-{suffix}"
-        for suffix in (
-            "hypervisor encryption-in-transit-supported category family generation size "
-            "local-nvme cpu cpu-manufacturer cpu-sustained-clock-speed-mhz memory "
-            "ebs-bandwidth network-bandwidth gpu-name gpu-manufacturer gpu-count gpu-memory "
-            "accelerator-name accelerator-manufacturer accelerator-count"
-        ).split()
+        for suffix in [
+            "hypervisor",
+            "encryption-in-transit-supported",
+            "category",
+            "family",
+            "generation",
+            "size",
+            "local-nvme",
+            "cpu",
+            "cpu-manufacturer",
+            "cpu-sustained-clock-speed-mhz",
+            "memory",
+            "ebs-bandwidth",
+            "network-bandwidth",
+            "gpu-name",
+            "gpu-manufacturer",
+            "gpu-count",
+            "gpu-memory",
+            "accelerator-name",
+            "accelerator-manufacturer",
+            "accelerator-count",
+        ]
     }
     | {
         "karpenter.k8s.aws/capacity-reservation-id",
@@ -82,8 +98,7 @@ def qualified_name_errors(value: str) -> list[str]:
             errors.append("prefix part must be non-empty")
         elif len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix):
             errors.append(
-                "prefix part must be a lowercase RFC 1123 subdomain of at most 253 characters "
-                "(e.g. 'example.com')"
+                "prefix part must be a lowercase RFC 1123 subdomain of at most 253 characters (e.g. 'example.com')"
             )
     else:
         return [

@@ -30,9 +30,7 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
-def load_documents(
-    text: str | bytes, source: str = "input", max_bytes: int = MAX_BYTES
-) -> list[dict[str, Any]]:
+def load_documents(text: str | bytes, source: str = "input", max_bytes: int = MAX_BYTES) -> list[dict[str, Any]]:
     """Parse every document in ``text``; a ``kind: List`` is unwrapped into its items.
 
     Raises ManifestError naming the source and document on anything unreadable.

@@ -53,9 +53,7 @@ def validate_metadata(meta: Any, walk: Walk) -> None:
                 walk.error(f"metadata.labels[{key_path(key)}]", f"Invalid value: {show(key)}: {problem}")
             if isinstance(value, str):
                 for problem in L.label_value_errors(value):
-                    walk.error(
-                        f"metadata.labels[{key_path(key)}]", f"Invalid value: {show(value)}: {problem}"
-                    )
+                    walk.error(f"metadata.labels[{key_path(key)}]", f"Invalid value: {show(value)}: {problem}")
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
         size = 0

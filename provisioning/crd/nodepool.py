@@ -42,15 +42,11 @@ DISRUPTION_REASONS = ("Underutilized", "Empty", "Drifted")
 DURATION_OR_NEVER = r"^(([0-9]+(s|m|h))+|Never)$"
 DURATION = r"^([0-9]+(s|m|h))+$"
 BUDGET_NODES = r"^((100|[0-9]{1,2})%|[0-9]+)$"
-BUDGET_SCHEDULE = (
-    r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$"
-)
+BUDGET_SCHEDULE = r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$"
 BUDGET_DURATION = r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$"
 
 # The v1beta1 name, used by the seed and by many manifests still in the wild.
-LEGACY_POLICY_WARNING = (
-    'consolidationPolicy "WhenUnderutilized" is the v1beta1 name; it means WhenEmptyOrUnderutilized'
-)
+LEGACY_POLICY_WARNING = 'consolidationPolicy "WhenUnderutilized" is the v1beta1 name; it means WhenEmptyOrUnderutilized'
 LEGACY_POLICIES = {"WhenUnderutilized": "WhenEmptyOrUnderutilized"}
 
 
@@ -59,8 +55,7 @@ def _karpenter_domain_ok(key: str) -> bool:
 
 
 KARPENTER_DOMAIN_RULE = (
-    'self in ["karpenter.sh/capacity-type","karpenter.sh/nodepool"] || '
-    '!self.find("^([^/]+)").endsWith("karpenter.sh")'
+    'self in ["karpenter.sh/capacity-type","karpenter.sh/nodepool"] || !self.find("^([^/]+)").endsWith("karpenter.sh")'
 )
 
 
@@ -106,10 +101,16 @@ REQUIREMENT = Object(
             pattern=L.QUALIFIED_NAME_PATTERN,
             rules=(
                 Rule(KARPENTER_DOMAIN_RULE, 'label domain "karpenter.sh" is restricted', _karpenter_domain_ok),  # 26
-                Rule('self != "karpenter.sh/nodepool"', 'label "karpenter.sh/nodepool" is restricted',
-                     lambda k: k != L.NODEPOOL),  # 27
-                Rule('self != "kubernetes.io/hostname"', 'label "kubernetes.io/hostname" is restricted',
-                     lambda k: k != L.HOSTNAME),  # 28
+                Rule(
+                    'self != "karpenter.sh/nodepool"',
+                    'label "karpenter.sh/nodepool" is restricted',
+                    lambda k: k != L.NODEPOOL,
+                ),  # 27
+                Rule(
+                    'self != "kubernetes.io/hostname"',
+                    'label "kubernetes.io/hostname" is restricted',
+                    lambda k: k != L.HOSTNAME,
+                ),  # 28
             ),
         ),
         "operator": String(enum=OPERATORS),
@@ -137,8 +138,15 @@ REQUIREMENTS = Array(
         Rule(  # 31
             "self.all(x, (x.operator == 'In' && has(x.minValues)) ? x.values.size() >= x.minValues : true)",
             "requirements with 'minValues' must have at least that many values specified in the 'values' field",
-            _bounded(each(lambda x: not (x["operator"] == "In" and has(x, "minValues"))
-                          or len(x.get("values") or []) >= x["minValues"]), 100),
+            _bounded(
+                each(
+                    lambda x: (
+                        not (x["operator"] == "In" and has(x, "minValues"))
+                        or len(x.get("values") or []) >= x["minValues"]
+                    )
+                ),
+                100,
+            ),
         ),
     ),
 )
@@ -153,26 +161,41 @@ TEMPLATE_LABELS = Map(
             'label domain "karpenter.sh" is restricted',
             _bounded(each_key(_karpenter_domain_ok), 100),
         ),
-        Rule('self.all(x, x != "karpenter.sh/nodepool")', 'label "karpenter.sh/nodepool" is restricted',
-             _bounded(each_key(lambda k: k != L.NODEPOOL), 100)),  # 33
-        Rule('self.all(x, x != "kubernetes.io/hostname")', 'label "kubernetes.io/hostname" is restricted',
-             _bounded(each_key(lambda k: k != L.HOSTNAME), 100)),  # 34
+        Rule(
+            'self.all(x, x != "karpenter.sh/nodepool")',
+            'label "karpenter.sh/nodepool" is restricted',
+            _bounded(each_key(lambda k: k != L.NODEPOOL), 100),
+        ),  # 33
+        Rule(
+            'self.all(x, x != "kubernetes.io/hostname")',
+            'label "kubernetes.io/hostname" is restricted',
+            _bounded(each_key(lambda k: k != L.HOSTNAME), 100),
+        ),  # 34
     ),
 )
 
 NODE_CLASS_REF = Object(
     properties={
-        "group": String(pattern=r"^[^/]*$", rules=(
-            Rule("self != ''", "group may not be empty", lambda v: v != ""),)),  # 21
+        "group": String(
+            pattern=r"^[^/]*$", rules=(Rule("self != ''", "group may not be empty", lambda v: v != ""),)
+        ),  # 21
         "kind": String(rules=(Rule("self != ''", "kind may not be empty", lambda v: v != ""),)),  # 22
         "name": String(rules=(Rule("self != ''", "name may not be empty", lambda v: v != ""),)),  # 23
     },
     required=("group", "kind", "name"),
     rules=(
-        Rule("self.group == oldSelf.group", "nodeClassRef.group is immutable",
-             lambda new, old: new.get("group") == old.get("group"), transition=True),  # 24
-        Rule("self.kind == oldSelf.kind", "nodeClassRef.kind is immutable",
-             lambda new, old: new.get("kind") == old.get("kind"), transition=True),  # 25
+        Rule(
+            "self.group == oldSelf.group",
+            "nodeClassRef.group is immutable",
+            lambda new, old: new.get("group") == old.get("group"),
+            transition=True,
+        ),  # 24
+        Rule(
+            "self.kind == oldSelf.kind",
+            "nodeClassRef.kind is immutable",
+            lambda new, old: new.get("kind") == old.get("kind"),
+            transition=True,
+        ),  # 25
     ),
 )
 
@@ -200,9 +223,11 @@ DISRUPTION = Object(
             max_items=50,
             default=[{"nodes": "10%"}],
             rules=(
-                Rule("self.all(x, has(x.schedule) == has(x.duration))",
-                     "'schedule' must be set with 'duration'",
-                     _bounded(each(lambda x: has(x, "schedule") == has(x, "duration")), 50)),  # 35
+                Rule(
+                    "self.all(x, has(x.schedule) == has(x.duration))",
+                    "'schedule' must be set with 'duration'",
+                    _bounded(each(lambda x: has(x, "schedule") == has(x, "duration")), 50),
+                ),  # 35
             ),
         ),
     },
@@ -212,9 +237,7 @@ SPEC = Object(
     properties={
         "template": Object(
             properties={
-                "metadata": Object(
-                    properties={"labels": TEMPLATE_LABELS, "annotations": Map(values=String())}
-                ),
+                "metadata": Object(properties={"labels": TEMPLATE_LABELS, "annotations": Map(values=String())}),
                 "spec": Object(
                     properties={
                         "nodeClassRef": NODE_CLASS_REF,
@@ -238,8 +261,7 @@ SPEC = Object(
     rules=(
         Rule(  # 36
             "has(self.replicas) == has(oldSelf.replicas)",
-            "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) "
-            "provisioning modes",
+            "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes",
             lambda new, old: has(new, "replicas") == has(old, "replicas"),
             transition=True,
         ),
@@ -247,8 +269,9 @@ SPEC = Object(
             "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || "
             "(size(self.limits) == 1 && 'nodes' in self.limits))",
             "only 'limits.nodes' is supported on static NodePools",
-            lambda s: not has(s, "replicas") or not s.get("limits")
-            or (len(s["limits"]) == 1 and "nodes" in s["limits"]),
+            lambda s: (
+                not has(s, "replicas") or not s.get("limits") or (len(s["limits"]) == 1 and "nodes" in s["limits"])
+            ),
         ),
         Rule(  # 38
             "!has(self.replicas) || !has(self.weight)",
@@ -365,9 +388,7 @@ def _validate_requirement(requirement: Any, path: str, walk: Walk) -> None:  # 4
     if operator in ("Exists", "DoesNotExist") and values:
         # FIX: upstream admits this (rule 44 has no such check), so it must not be an
         # error here; the values mean nothing, so say so in a warning.
-        walk.warnings.append(
-            f"requirement {_short(key)}: operator {operator} takes no values; they are ignored"
-        )
+        walk.warnings.append(f"requirement {_short(key)}: operator {operator} takes no values; they are ignored")
     if key == L.CAPACITY_TYPE and operator == "In":  # 45
         valid = [v for v in values if v in L.CAPACITY_TYPES]
         invalid = [v for v in values if v not in L.CAPACITY_TYPES]

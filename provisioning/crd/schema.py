@@ -55,9 +55,7 @@ class Node:
         if self.default is not MISSING:
             out["default"] = self.default
         if self.rules:
-            out["x-kubernetes-validations"] = [
-                {"rule": r.cel, "message": r.message} for r in self.rules
-            ]
+            out["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in self.rules]
         return out
 
 
@@ -326,8 +324,7 @@ def validate(node: Node, value: Any, path: str, walk: Walk, old: Any = MISSING) 
     if not node.type_ok(value):
         walk.error(
             path,
-            f"Invalid value: {show(value)}: must be of type {node.type_name}, "
-            f"not {json_type(value)}",
+            f"Invalid value: {show(value)}: must be of type {node.type_name}, not {json_type(value)}",
         )
         return
     before = len(walk.errors)
@@ -370,9 +367,7 @@ def _validate_string(node: String, value: str, path: str, walk: Walk) -> None:
         walk.error(path, f"Invalid value: {show(value)}: must be an RFC 3339 date-time")
 
 
-_DATE_TIME = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
-)
+_DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 _INT_BOUNDS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
@@ -429,7 +424,7 @@ def _validate_object(node: Object, value: dict[str, Any], path: str, walk: Walk,
         for name in value:
             if name not in node.properties:
                 valid = ", ".join(node.properties) or "none"
-                walk.error(join(path, name), f"unknown field \"{name}\"; valid fields: {valid}")
+                walk.error(join(path, name), f'unknown field "{name}"; valid fields: {valid}')
     old_dict = old if isinstance(old, dict) else {}
     for name, child in node.properties.items():
         if name in value:

@@ -105,22 +105,16 @@ def _check_type(document: dict[str, Any], result: ValidationResult) -> Kind | No
         result.errors.append(FieldError("kind", f"Required value: expected {served_kinds()}"))
         return None
     if kind is None:
-        result.errors.append(
-            FieldError("kind", f"Unsupported value: {show(kind_name)}: expected {served_kinds()}")
-        )
+        result.errors.append(FieldError("kind", f"Unsupported value: {show(kind_name)}: expected {served_kinds()}"))
         return None
     if api_version != kind.api_version:
         what = "Required value" if api_version is None else f"Unsupported value: {show(api_version)}"
-        result.errors.append(
-            FieldError("apiVersion", f"{what}: {kind.kind} is served as {kind.api_version}")
-        )
+        result.errors.append(FieldError("apiVersion", f"{what}: {kind.kind} is served as {kind.api_version}"))
         return None
     return kind
 
 
-def _warn_unknown_nodeclass(
-    document: dict[str, Any], exists: Callable[[str], bool], walk: Walk
-) -> None:
+def _warn_unknown_nodeclass(document: dict[str, Any], exists: Callable[[str], bool], walk: Walk) -> None:
     try:
         ref = document["spec"]["template"]["spec"]["nodeClassRef"]
     except (KeyError, TypeError):

@@ -7,6 +7,7 @@ concurrency on ``resourceVersion`` so no writer silently overwrites another.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import uuid
 from dataclasses import dataclass, field
@@ -169,10 +170,9 @@ def _build(kind: str, document: dict[str, Any], current: CustomResource | None) 
         obj.pk, obj.uid, obj.created_at = current.pk, current.uid, current.created_at
         obj.resource_version, obj.generation = current.resource_version, current.generation
     elif isinstance(meta.get("uid"), str):
-        try:
-            obj.uid = uuid.UUID(meta["uid"])  # keep the cluster's identity on import
-        except ValueError:
-            pass  # not a UUID: keep the one minted by default
+        # Keep the cluster's identity on import; a uid that is no UUID gets our own.
+        with contextlib.suppress(ValueError):
+            obj.uid = uuid.UUID(meta["uid"])
     obj.index_spec()
     return obj
 

@@ -16,10 +16,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     nodepools = list(NodePool.objects.all())
     nodeclasses = list(EC2NodeClass.objects.all())
     known = {nc.name for nc in nodeclasses}
-    rows = [
-        {"pool": pool, "nodeclass_ok": pool.node_class_name in known}
-        for pool in nodepools
-    ]
+    rows = [{"pool": pool, "nodeclass_ok": pool.node_class_name in known} for pool in nodepools]
     context = {
         "nodepool_rows": rows,
         "nodeclasses": nodeclasses,

@@ -45,8 +45,14 @@ class Command(BaseCommand):
             env["BIND"] = f"127.0.0.1:{port}"
             web = launcher.start(
                 "web",
-                [sys.executable, "-m", "gunicorn", "-c", str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py"),
-                 "karpweb.wsgi:application"],
+                [
+                    sys.executable,
+                    "-m",
+                    "gunicorn",
+                    "-c",
+                    str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py"),
+                    "karpweb.wsgi:application",
+                ],
                 cwd=settings.BASE_DIR,
             )
             wait_for_port(port, timeout=30, proc=web)
