@@ -87,7 +87,7 @@ def ca_bundle(ca_pem: bytes) -> str:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
@@ -215,10 +215,7 @@ def _is_ca(cert: x509.Certificate) -> bool:
 def _write(path: Path, data: bytes, mode: int) -> None:
     """Atomic write with the final mode set before any byte lands on disk."""
     tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.unlink()
-    except FileNotFoundError:
-        pass
+    tmp.unlink(missing_ok=True)  # left over from an interrupted run
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -245,12 +242,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--service", default="karpweb-webhook", help="Service name (default %(default)s)")
         parser.add_argument("--namespace", default="karpweb", help="Service namespace (default %(default)s)")
-        parser.add_argument("--out", default=None, help="Directory for the files (default <VAR_DIR>/webhook-certs)")
+        parser.add_argument(
+            "--out", default=None, help="Directory for the files (default <VAR_DIR>/webhook-certs)"
+        )
         parser.add_argument(
             "--days", type=int, default=365, help="Serving certificate lifetime in days (default %(default)s)"
         )
         parser.add_argument(
-            "--ca-days", type=int, default=MAX_DAYS, help="CA lifetime in days when a new CA is made (default %(default)s)"
+            "--ca-days",
+            type=int,
+            default=MAX_DAYS,
+            help="CA lifetime in days when a new CA is made (default %(default)s)",
         )
         parser.add_argument("--force", action="store_true", help="Replace the CA and the serving certificate")
 
@@ -345,9 +347,10 @@ class Command(BaseCommand):
             tls_cert, tls_key = make_serving(ca_cert, ca_key, service, namespace, days)
             _write(out / TLS_KEY, _key_pem(tls_key), 0o600)
             _write(out / TLS_CERT, tls_cert.public_bytes(serialization.Encoding.PEM), 0o644)
+            expires = f"{tls_cert.not_valid_after_utc:%Y-%m-%d}"
+            names = ", ".join(sorted(expected_sans(service, namespace).dns))
             notes.append(
-                f"Serving: wrote {out / TLS_CERT} ({reason}; expires {tls_cert.not_valid_after_utc:%Y-%m-%d}; "
-                f"SANs {', '.join(sorted(expected_sans(service, namespace).dns))}, 127.0.0.1)"
+                f"Serving: wrote {out / TLS_CERT} ({reason}; expires {expires}; SANs {names}, 127.0.0.1)"
             )
         # Reused key files keep whatever mode they had; narrow it.
         for name in (CA_KEY, TLS_KEY):
