@@ -58,7 +58,7 @@ WARMUP_SECONDS = 2.0
 STARTUP_TIMEOUT = 60.0
 MAX_SENDERS = 2000
 
-# The seed manifests (/work/shared/seed/karpenter-jit-provisioning.txt), as the API server would pass
+# The seed manifests (karpweb's seed document), as the API server would pass
 # them in request.object on CREATE (uid/creationTimestamp/generation are set before admission).
 NODEPOOL = {
     "apiVersion": "karpenter.sh/v1",

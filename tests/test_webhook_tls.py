@@ -34,19 +34,6 @@ SERVICE_DNS = {
     "localhost",
 }
 
-# The seed EC2NodeClass (/work/shared/seed/karpenter-jit-provisioning.txt).
-EC2NODECLASS = {
-    "apiVersion": "karpenter.k8s.aws/v1",
-    "kind": "EC2NodeClass",
-    "metadata": {"name": "default"},
-    "spec": {
-        "amiSelectorTerms": [{"alias": "al2023@latest"}],
-        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "my-cluster"}}],
-        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "my-cluster"}}],
-        "role": "KarpenterNodeRole-my-cluster",
-    },
-}
-
 
 def make_certs(out: Path, *args: str, **options) -> list[str]:
     """Run the command; return its stdout lines."""
@@ -131,9 +118,7 @@ def test_other_sans_reissue_the_serving_cert_with_the_same_ca(tmp_path):
     assert after["tls.crt"] != before["tls.crt"]
     ca, leaf = load(tmp_path)
     leaf.verify_directly_issued_by(ca)
-    dns = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName
-    )
+    dns = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert "karpweb-webhook.other.svc" in dns
     assert any("SANs differ" in line for line in lines)
 
@@ -289,12 +274,10 @@ def post_when_up(server, body: dict, verify, deadline_s: float = 60.0) -> reques
 
 
 @pytest.mark.slow
-def test_gunicorn_serves_the_webhook_over_tls_verified_by_the_generated_ca(webhook_server, tmp_path):
+def test_gunicorn_serves_the_webhook_over_tls_verified_by_the_generated_ca(webhook_server, tmp_path, seed_ec2nodeclass):
     uid = str(uuid.uuid4())
 
-    reply = post_when_up(
-        webhook_server, admission_review(EC2NODECLASS, uid), verify=str(webhook_server["ca"])
-    )
+    reply = post_when_up(webhook_server, admission_review(seed_ec2nodeclass, uid), verify=str(webhook_server["ca"]))
 
     assert reply.status_code == 200, reply.text[:2000]
     assert reply.headers["Content-Type"].startswith("application/json")
@@ -302,7 +285,7 @@ def test_gunicorn_serves_the_webhook_over_tls_verified_by_the_generated_ca(webho
     assert body["apiVersion"] == "admission.k8s.io/v1"
     assert body["kind"] == "AdmissionReview"
     assert body["response"]["uid"] == uid
-    assert isinstance(body["response"]["allowed"], bool)
+    assert body["response"]["allowed"] is True
 
     # The verification is real: a CA that did not sign the serving certificate is refused.
     other_ca, _ = make_ca("karpweb-webhook", "karpweb", 1)
@@ -310,5 +293,5 @@ def test_gunicorn_serves_the_webhook_over_tls_verified_by_the_generated_ca(webho
     other.write_bytes(other_ca.public_bytes(serialization.Encoding.PEM))
     with pytest.raises(requests.exceptions.SSLError):
         requests.post(
-            webhook_server["url"], json=admission_review(EC2NODECLASS, uid), verify=str(other), timeout=5
+            webhook_server["url"], json=admission_review(seed_ec2nodeclass, uid), verify=str(other), timeout=5
         )

@@ -242,9 +242,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--service", default="karpweb-webhook", help="Service name (default %(default)s)")
         parser.add_argument("--namespace", default="karpweb", help="Service namespace (default %(default)s)")
-        parser.add_argument(
-            "--out", default=None, help="Directory for the files (default <VAR_DIR>/webhook-certs)"
-        )
+        parser.add_argument("--out", default=None, help="Directory for the files (default <VAR_DIR>/webhook-certs)")
         parser.add_argument(
             "--days", type=int, default=365, help="Serving certificate lifetime in days (default %(default)s)"
         )
@@ -340,18 +338,14 @@ class Command(BaseCommand):
                 elif tls_cert.not_valid_before_utc > now or tls_cert.not_valid_after_utc - now < renew_before:
                     reason = "expired or expiring soon"
         if reason is None:
-            notes.append(
-                f"Serving: reused {out / TLS_CERT} (expires {tls_cert.not_valid_after_utc:%Y-%m-%d})"
-            )
+            notes.append(f"Serving: reused {out / TLS_CERT} (expires {tls_cert.not_valid_after_utc:%Y-%m-%d})")
         else:
             tls_cert, tls_key = make_serving(ca_cert, ca_key, service, namespace, days)
             _write(out / TLS_KEY, _key_pem(tls_key), 0o600)
             _write(out / TLS_CERT, tls_cert.public_bytes(serialization.Encoding.PEM), 0o644)
             expires = f"{tls_cert.not_valid_after_utc:%Y-%m-%d}"
             names = ", ".join(sorted(expected_sans(service, namespace).dns))
-            notes.append(
-                f"Serving: wrote {out / TLS_CERT} ({reason}; expires {expires}; SANs {names}, 127.0.0.1)"
-            )
+            notes.append(f"Serving: wrote {out / TLS_CERT} ({reason}; expires {expires}; SANs {names}, 127.0.0.1)")
         # Reused key files keep whatever mode they had; narrow it.
         for name in (CA_KEY, TLS_KEY):
             path = out / name
