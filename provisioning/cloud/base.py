@@ -1,0 +1,173 @@
+"""The CloudProvider protocol and the plain data it speaks.
+
+``aws.py`` implements it with boto3 (the only module that imports boto3); the simulated
+AWS of the embedded default is the same code against a moto server. Pricing is a separate
+``PriceSource`` because moto has no prices: the simulation prices from the bundled
+snapshot and a simulated spot market, production from the Pricing API and spot history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+# ------------------------------------------------------------------ EC2NodeClass resolution
+
+
+@dataclass(frozen=True)
+class Subnet:
+    id: str
+    zone: str
+    zone_id: str = ""
+    available_ips: int = 0
+
+
+@dataclass(frozen=True)
+class SecurityGroup:
+    id: str
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Image:
+    """An AMI the EC2NodeClass selected, with what it can run on."""
+
+    id: str
+    name: str
+    arch: str  # "amd64" | "arm64"
+    variant: str = "standard"  # "standard" | "nvidia" | "neuron"
+    creation_date: str = ""
+    deprecated: bool = False
+
+
+@dataclass(frozen=True)
+class ResolvedNodeClass:
+    """What an EC2NodeClass's selectors found; ``problems`` say why it is not Ready."""
+
+    name: str
+    ami_family: str
+    subnets: tuple[Subnet, ...] = ()
+    security_groups: tuple[SecurityGroup, ...] = ()
+    images: tuple[Image, ...] = ()
+    instance_profile: str = ""
+    problems: tuple[str, ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        return not self.problems
+
+    @property
+    def zones(self) -> frozenset[str]:
+        return frozenset(s.zone for s in self.subnets)
+
+
+# ------------------------------------------------------------------ launch
+
+
+@dataclass(frozen=True)
+class LaunchOption:
+    """One offering a NodeClaim may launch as, in the order to try (cheapest first)."""
+
+    instance_type: str
+    zone: str
+    capacity_type: str
+    price: float
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    nodeclaim_name: str
+    nodeclaim_uid: str  # the EC2 ClientToken: a retried launch never starts a second instance
+    nodepool: str
+    nodeclass_spec: dict[str, Any]
+    nodeclass: ResolvedNodeClass
+    options: tuple[LaunchOption, ...]
+    capacity_type: str  # the capacity type to launch now: "spot" or "on-demand"
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Instance:
+    id: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    state: str
+    launch_time: datetime | None = None
+    image_id: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def provider_id(self) -> str:
+        return f"aws:///{self.zone}/{self.id}"
+
+
+class CloudError(Exception):
+    """A cloud call failed; ``reason`` is a short CamelCase code for NodeClaim status."""
+
+    reason = "LaunchFailed"
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason:
+            self.reason = reason
+
+
+class InsufficientCapacity(CloudError):
+    """No instance: every offering tried lacked capacity. ``unavailable`` are to be
+    marked in the ICE cache for 3 minutes."""
+
+    reason = "InsufficientCapacity"
+
+    def __init__(self, message: str, unavailable: tuple[LaunchOption, ...] = ()) -> None:
+        super().__init__(message)
+        self.unavailable = unavailable
+
+
+class Throttled(CloudError):
+    """The API asked us to slow down; retry with exponential backoff and jitter."""
+
+    reason = "RequestLimitExceeded"
+
+
+class NodeClassNotReady(CloudError):
+    reason = "NodeClassNotReady"
+
+
+# ------------------------------------------------------------------ protocols
+
+
+class CloudProvider(Protocol):
+    region: str
+
+    def instance_type_infos(self) -> list[dict[str, Any]]:
+        """``DescribeInstanceTypes`` (all pages; hvm; x86_64 and arm64), raw dicts."""
+
+    def instance_type_zones(self) -> dict[str, set[str]]:
+        """``DescribeInstanceTypeOfferings`` by availability zone: type → zones."""
+
+    def zone_ids(self) -> dict[str, str]:
+        """Availability zone name → zone id."""
+
+    def resolve_nodeclass(self, name: str, spec: dict[str, Any]) -> ResolvedNodeClass: ...
+
+    def launch(self, request: LaunchRequest) -> Instance: ...
+
+    def terminate(self, instance_id: str) -> None: ...
+
+    def list_instances(self) -> list[Instance]:
+        """Instances this cluster launched (by the cluster tag), for garbage collection."""
+
+
+class PricingUnavailable(Exception):
+    """The price source could not be reached; callers fall back to the snapshot."""
+
+
+class PriceSource(Protocol):
+    def on_demand_prices(self) -> dict[str, float]:
+        """Instance type → USD/hour (Linux, shared tenancy)."""
+
+    def spot_prices(self) -> dict[tuple[str, str], float]:
+        """(instance type, zone) → the latest spot price, USD/hour."""
