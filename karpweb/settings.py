@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from karpweb.env import env_bool, env_float, env_int, env_list, env_str
 
@@ -142,3 +143,22 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# The cloud: "simulated" (default) is the moto server `make run` starts and points boto3 at
+# (AWS_ENDPOINT_URL); "aws" is real AWS with the usual credential chain.
+KARPWEB_AWS = env_str("KARPWEB_AWS", "simulated").strip().lower() or "simulated"
+if KARPWEB_AWS not in ("simulated", "aws"):
+    raise ImproperlyConfigured(f"KARPWEB_AWS={KARPWEB_AWS!r}: expected simulated or aws")
+AWS_REGION = env_str("AWS_REGION") or env_str("AWS_DEFAULT_REGION", "us-east-1")
+KARPWEB_CLUSTER_NAME = env_str("KARPWEB_CLUSTER_NAME", "my-cluster")
+KARPWEB_KUBERNETES_VERSION = env_str("KARPWEB_KUBERNETES_VERSION", "1.33")
+KARPWEB_CLUSTER_ENDPOINT = env_str("KARPWEB_CLUSTER_ENDPOINT", "")
+KARPWEB_CLUSTER_CA_BUNDLE = env_str("KARPWEB_CLUSTER_CA_BUNDLE", "")
+# How instances are launched: CreateFleet type instant (as Karpenter) or RunInstances
+# with the launch template.
+KARPWEB_LAUNCH_API = env_str("KARPWEB_LAUNCH_API", "fleet").strip().lower() or "fleet"
+if KARPWEB_LAUNCH_API not in ("fleet", "run-instances"):
+    raise ImproperlyConfigured(f"KARPWEB_LAUNCH_API={KARPWEB_LAUNCH_API!r}: expected fleet or run-instances")
+# Karpenter's --vm-memory-overhead-percent and --reserved-enis.
+KARPWEB_VM_MEMORY_OVERHEAD_PERCENT = env_float("KARPWEB_VM_MEMORY_OVERHEAD_PERCENT", 0.075)
+KARPWEB_RESERVED_ENIS = env_int("KARPWEB_RESERVED_ENIS", 0)

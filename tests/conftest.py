@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from simaws import simulated_aws_fixture  # noqa: F401  (registers the session fixture `simulated_aws`)
 
 from provisioning.launcher import embedded_redis_argv, free_port, wait_for_port
 

