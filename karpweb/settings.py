@@ -154,6 +154,8 @@ KARPWEB_CLUSTER_NAME = env_str("KARPWEB_CLUSTER_NAME", "my-cluster")
 KARPWEB_KUBERNETES_VERSION = env_str("KARPWEB_KUBERNETES_VERSION", "1.33")
 KARPWEB_CLUSTER_ENDPOINT = env_str("KARPWEB_CLUSTER_ENDPOINT", "")
 KARPWEB_CLUSTER_CA_BUNDLE = env_str("KARPWEB_CLUSTER_CA_BUNDLE", "")
+# The cluster's service CIDR, which nodeadm needs to configure kubelet's cluster DNS.
+KARPWEB_CLUSTER_CIDR = env_str("KARPWEB_CLUSTER_CIDR", "")
 # How instances are launched: CreateFleet type instant (as Karpenter) or RunInstances
 # with the launch template.
 KARPWEB_LAUNCH_API = env_str("KARPWEB_LAUNCH_API", "fleet").strip().lower() or "fleet"
@@ -162,3 +164,9 @@ if KARPWEB_LAUNCH_API not in ("fleet", "run-instances"):
 # Karpenter's --vm-memory-overhead-percent and --reserved-enis.
 KARPWEB_VM_MEMORY_OVERHEAD_PERCENT = env_float("KARPWEB_VM_MEMORY_OVERHEAD_PERCENT", 0.075)
 KARPWEB_RESERVED_ENIS = env_int("KARPWEB_RESERVED_ENIS", 0)
+
+# Periodic tasks (celery beat). The catalog of instance types, offerings and prices is
+# rebuilt from the cloud every 12 hours, as Karpenter refreshes instance types and prices.
+CELERY_BEAT_SCHEDULE = {
+    "refresh-catalog": {"task": "provisioning.tasks.refresh_catalog", "schedule": 12 * 60 * 60.0},
+}
