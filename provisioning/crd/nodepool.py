@@ -7,7 +7,9 @@ so a mistake is caught by ``kubectl apply`` rather than discovered later.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Mapping, Set
 from typing import Any
 
 from provisioning.crd import labels as L
@@ -287,8 +289,12 @@ STATUS = Object(preserve_unknown=True)
 # ------------------------------------------------------------ runtime rules (C)
 
 
-def runtime_validate(spec: dict[str, Any], walk: Walk) -> None:
-    """Upstream's ``RuntimeValidate`` (rules 39-46), plus the warnings we add."""
+def runtime_validate(spec: dict[str, Any], walk: Walk, *, catalog_labels: Mapping[str, Set[str]] | None = None) -> None:
+    """Upstream's ``RuntimeValidate`` (rules 39-46), plus the warnings we add.
+
+    ``catalog_labels`` (label key → every value some instance type has) lets a requirement
+    that matches no instance type earn a warning with a suggestion.
+    """
     # FIX: the schema pass has already reported wrongly typed parts; skip them here
     # instead of raising AttributeError on e.g. ``template: [1]``.
     template = _dict(spec.get("template"))
@@ -317,7 +323,7 @@ def runtime_validate(spec: dict[str, Any], walk: Walk) -> None:
     if not isinstance(requirements, list) or len(requirements) > REQUIREMENTS.max_items:
         requirements = []  # FIX: see above (rule 4 already reported "Too many")
     for i, requirement in enumerate(requirements):
-        _validate_requirement(requirement, f"spec.template.spec.requirements[{i}]", walk)
+        _validate_requirement(requirement, f"spec.template.spec.requirements[{i}]", walk, catalog_labels)
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -366,7 +372,9 @@ def _validate_taints(tspec: dict[str, Any], walk: Walk) -> None:  # 43
                 seen[pair] = path
 
 
-def _validate_requirement(requirement: Any, path: str, walk: Walk) -> None:  # 44-46
+def _validate_requirement(  # 44-46
+    requirement: Any, path: str, walk: Walk, catalog_labels: Mapping[str, Set[str]] | None = None
+) -> None:
     if not isinstance(requirement, dict) or not isinstance(requirement.get("key"), str):
         return
     raw_key = requirement["key"]
@@ -400,14 +408,118 @@ def _validate_requirement(requirement: Any, path: str, walk: Walk) -> None:  # 4
         elif invalid:
             # FIX: value cut short (a 63-character value made this warning 148 characters).
             walk.warnings.append(f"{key} value {_short(invalid[0])} is not one of {allowed}; it is ignored")
-    if key == "karpenter.k8s.aws/instance-family" and operator in ("In", "NotIn"):
-        # Families always carry a generation digit (m5, c7g); "m" is a category.
+    if catalog_labels is not None:
+        if operator in ("In", "NotIn"):
+            warning = catalog_warning(key, operator, values, catalog_labels)
+            if warning:
+                walk.warnings.append(warning)
+    elif key == "karpenter.k8s.aws/instance-family" and operator in ("In", "NotIn"):
+        # Without a catalog: families always carry a generation digit (m5, c7g); "m" is a category.
         categories = [v for v in values if isinstance(v, str) and not re.search(r"\d", v)]
         if categories:
             walk.warnings.append(
                 f"instance-family {_short(categories[0])} has no generation; "  # FIX: cut short
                 "did you mean karpenter.k8s.aws/instance-category?"
             )
+
+
+# ------------------------------------------------------------ the catalog-aware warning
+
+AWS_LABEL = "karpenter.k8s.aws/"
+# What a catalog label's values are called: "no instance family is named m, c or r".
+CATALOG_NOUNS = {
+    L.INSTANCE_TYPE: "instance type",
+    AWS_LABEL + "instance-family": "instance family",
+    AWS_LABEL + "instance-category": "instance category",
+    AWS_LABEL + "instance-size": "instance size",
+    AWS_LABEL + "instance-generation": "instance generation",
+    AWS_LABEL + "instance-cpu-manufacturer": "CPU manufacturer",
+    AWS_LABEL + "instance-gpu-name": "GPU",
+    AWS_LABEL + "instance-gpu-manufacturer": "GPU manufacturer",
+    AWS_LABEL + "instance-accelerator-name": "accelerator",
+    AWS_LABEL + "instance-accelerator-manufacturer": "accelerator manufacturer",
+    AWS_LABEL + "instance-hypervisor": "hypervisor",
+    L.ARCH: "architecture",
+    L.ZONE: "zone",
+    "topology.k8s.aws/zone-id": "zone id",
+    L.REGION: "region",
+}
+# Labels naming the same things at another grain: a value that fits none of one key is
+# often meant for another (instance-family In [m] → instance-category), in this order.
+RELATED_LABELS = (
+    (
+        AWS_LABEL + "instance-category",
+        AWS_LABEL + "instance-family",
+        L.INSTANCE_TYPE,
+        AWS_LABEL + "instance-size",
+        AWS_LABEL + "instance-generation",
+    ),
+    (L.ZONE, "topology.k8s.aws/zone-id"),
+)
+VALUE_ALIASES = {
+    L.ARCH: {
+        "x86_64": "amd64",
+        "x86-64": "amd64",
+        "x86": "amd64",
+        "intel": "amd64",
+        "aarch64": "arm64",
+        "arm": "arm64",
+        "graviton": "arm64",
+    },
+}
+MAX_WARNING = 119
+
+
+def catalog_warning(key: str, operator: str, values: list[Any], catalog_labels: Mapping[str, Set[str]]) -> str | None:
+    """A warning when an In/NotIn requirement on a catalog label names no value any instance
+    type has (upstream semantics: not an error; In then matches nothing, NotIn excludes
+    nothing), with a suggestion: the label the values belong to, a spelling, an alias."""
+    known = catalog_labels.get(key)
+    named = [v for v in values if isinstance(v, str)]
+    if not known or not named or any(v in known for v in named):
+        return None
+    noun = CATALOG_NOUNS.get(key)
+    for limit in (20, 10, 6):
+        shown = _some(named, limit)
+        head = f"no {noun} is named {shown}" if noun else f"no instance type has {key.rsplit('/', 1)[-1]} {shown}"
+        if operator == "NotIn":
+            head += ", so NotIn excludes nothing"
+        suggestion = _suggestion(key, named, known, catalog_labels, limit)
+        message = f"{head}; did you mean {suggestion}?" if suggestion else f"{head} ({_examples(known, limit)})"
+        if len(message) <= MAX_WARNING:
+            return message
+    return message[: MAX_WARNING - 3] + "..."
+
+
+def _suggestion(
+    key: str, values: list[str], known: Set[str], catalog_labels: Mapping[str, Set[str]], limit: int
+) -> str | None:
+    for group in RELATED_LABELS:
+        if key in group:
+            for other in group:
+                if other != key and all(v in catalog_labels.get(other, ()) for v in values):
+                    return other
+    aliases = VALUE_ALIASES.get(key, {})
+    mapped = [aliases.get(v.lower(), v.lower()) for v in values]
+    if all(v in known for v in mapped):
+        return _some(list(dict.fromkeys(mapped)), limit)
+    close = [match for v in values for match in difflib.get_close_matches(v, sorted(known), n=1, cutoff=0.6)]
+    if close:
+        return _some(list(dict.fromkeys(close)), limit)
+    return None
+
+
+def _some(values: list[str], limit: int, most: int = 3) -> str:
+    """``m, c or r``; ``a, b, c and 2 more``; each value cut to ``limit`` characters."""
+    cut = [v if len(v) <= limit else v[: limit - 3] + "..." for v in values[:most]]
+    if len(values) > most:
+        return f"{', '.join(cut)} and {len(values) - most} more"
+    return cut[0] if len(cut) == 1 else f"{', '.join(cut[:-1])} or {cut[-1]}"
+
+
+def _examples(known: Set[str], limit: int) -> str:
+    sample = sorted(v for v in known if v)[:3]
+    return "values include " + ", ".join(v if len(v) <= limit else v[: limit - 3] + "..." for v in sample)
 
 
 def effective_consolidation_policy(spec: dict[str, Any]) -> str:

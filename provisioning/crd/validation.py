@@ -10,9 +10,10 @@ sentences naming the offending value.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Set
 from typing import Any
 
+from provisioning.crd import nodepool
 from provisioning.crd.errors import FieldError, ValidationResult
 from provisioning.crd.kinds import KINDS, Kind
 from provisioning.crd.metadata import OBJECT_META, validate_metadata
@@ -49,12 +50,14 @@ def validate(
     old: dict[str, Any] | None = None,
     *,
     nodeclass_exists: Callable[[str], bool] | None = None,
+    catalog_labels: Mapping[str, Set[str]] | None = None,
 ) -> ValidationResult:
     """Check one document (a dict from YAML or JSON); ``old`` for UPDATE.
 
     ``nodeclass_exists`` answers whether an EC2NodeClass of that name is known; a
     NodePool pointing at an unknown one earns a warning, since apply order must not
-    matter.
+    matter. ``catalog_labels`` (label key → every value some instance type has) makes a
+    NodePool requirement that matches no instance type earn a warning with a suggestion.
     """
     result = ValidationResult()
     if not isinstance(document, dict):
@@ -85,7 +88,10 @@ def validate(
         old_spec = old.get("spec", MISSING) if old else MISSING
         validate_node(kind.spec, spec, "spec", walk, old_spec)
         if isinstance(spec, dict):
-            kind.runtime_validate(spec, walk)
+            if kind.kind == nodepool.KIND and catalog_labels is not None:
+                nodepool.runtime_validate(spec, walk, catalog_labels=catalog_labels)
+            else:
+                kind.runtime_validate(spec, walk)
     if document.get("status") is not None:
         validate_node(Object(preserve_unknown=True), document["status"], "status", walk)
     if kind.kind == "NodePool" and nodeclass_exists is not None:

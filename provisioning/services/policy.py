@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from provisioning import crd
 from provisioning.crd.manifest import dump_yaml
 from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource, EC2NodeClass, NodePool
+from provisioning.services import catalog
 
 
 class PolicyError(Exception):
@@ -63,8 +64,10 @@ def nodepools_referencing(nodeclass_name: str) -> list[str]:
 
 
 def validate_manifest(document: Any, old: dict[str, Any] | None = None) -> crd.ValidationResult:
-    """THE validator with the database as context (known EC2NodeClasses)."""
-    return crd.validate(document, old, nodeclass_exists=nodeclass_exists)
+    """THE validator with the database (known EC2NodeClasses) and the catalog (which label
+    values instance types have) as context."""
+    labels = catalog.catalog_labels() if crd.kind_of(document) is crd.NODEPOOL else None
+    return crd.validate(document, old, nodeclass_exists=nodeclass_exists, catalog_labels=labels)
 
 
 def deletion_warnings(kind: str, name: str) -> list[str]:
