@@ -169,4 +169,6 @@ KARPWEB_RESERVED_ENIS = env_int("KARPWEB_RESERVED_ENIS", 0)
 # rebuilt from the cloud every 12 hours, as Karpenter refreshes instance types and prices.
 CELERY_BEAT_SCHEDULE = {
     "refresh-catalog": {"task": "provisioning.tasks.refresh_catalog", "schedule": 12 * 60 * 60.0},
+    "resolve-nodeclasses": {"task": "provisioning.tasks.resolve_nodeclasses", "schedule": 60.0},
+    "collect-garbage": {"task": "provisioning.tasks.collect_garbage", "schedule": 120.0},
 }

@@ -164,3 +164,67 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.name} {self.action} by {self.actor or self.source}"
+
+
+class NodeClaim(models.Model):
+    """karpenter.sh/v1 NodeClaim: the request for one node, from decision to termination.
+
+    States move with conditional updates (``filter(state=old).update(state=new)``), so two
+    workers never both launch or terminate one claim.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending"  # decided, not yet launched
+        LAUNCHING = "launching"  # a worker is calling the cloud
+        LAUNCHED = "launched"  # the instance exists
+        REGISTERED = "registered"  # its Node joined the cluster
+        INITIALIZED = "initialized"  # Ready: startup taints gone, resources reported
+        DELETING = "deleting"
+        TERMINATED = "terminated"
+        FAILED = "failed"
+
+    ACTIVE_STATES = (State.PENDING, State.LAUNCHING, State.LAUNCHED, State.REGISTERED, State.INITIALIZED)
+
+    name = models.CharField(max_length=253, unique=True)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    nodepool_name = models.CharField(max_length=253, db_index=True)
+    nodeclass_name = models.CharField(max_length=253, db_index=True)
+    # The NodeClaim spec as Karpenter writes it: requirements, resources.requests, taints,
+    # startupTaints, expireAfter, nodeClassRef.
+    spec = models.JSONField(default=dict)
+    # Offerings to try, cheapest first: [{"instanceType", "zone", "capacityType", "price"}].
+    launch_options = models.JSONField(default=list, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING, db_index=True)
+    reason = models.CharField(max_length=64, blank=True)  # e.g. InsufficientCapacity, Unauthorized
+    message = models.TextField(blank=True)
+    instance_id = models.CharField(max_length=32, blank=True, db_index=True)
+    instance_type = models.CharField(max_length=64, blank=True)
+    zone = models.CharField(max_length=64, blank=True)
+    capacity_type = models.CharField(max_length=16, blank=True, db_index=True)
+    price_per_hour = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    node_name = models.CharField(max_length=253, blank=True)
+    launch_attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    launched_at = models.DateTimeField(null=True, blank=True)
+    registered_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def provider_id(self) -> str:
+        return f"aws:///{self.zone}/{self.instance_id}" if self.instance_id else ""
+
+    def move(self, old: str | tuple[str, ...], new: str, **fields: Any) -> bool:
+        """Conditional state change: True only for the one caller that made it."""
+        olds = (old,) if isinstance(old, str) else old
+        updated = type(self).objects.filter(pk=self.pk, state__in=olds).update(state=new, **fields)
+        if updated == 1:
+            self.state = new
+            for key, value in fields.items():
+                setattr(self, key, value)
+        return updated == 1

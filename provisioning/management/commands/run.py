@@ -61,6 +61,29 @@ class Command(BaseCommand):
                 cwd=settings.BASE_DIR,
             )
             wait_for_port(port, timeout=30, proc=web)
+            # One worker with an embedded beat is enough on one machine; production runs
+            # them as separate Deployments.
+            launcher.start(
+                "worker",
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "karpweb",
+                    "worker",
+                    "--beat",
+                    "--schedule",
+                    str(settings.VAR_DIR / "celerybeat-schedule"),
+                    "--loglevel",
+                    "INFO",
+                    "--concurrency",
+                    "2",
+                    "--without-gossip",
+                    "--without-mingle",
+                ],
+                cwd=settings.BASE_DIR,
+            )
         except (RuntimeError, CommandError) as exc:
             launcher.stop()
             raise CommandError(str(exc)) from None

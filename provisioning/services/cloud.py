@@ -1,0 +1,215 @@
+"""Workflows on the cloud: resolve EC2NodeClasses, launch NodeClaims, collect garbage.
+
+The cloud (``cloud/aws.py``) only speaks plain dataclasses; this module turns rows into
+requests, results back into rows, and keeps the ICE cache in Redis.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from provisioning.cloud import ice
+from provisioning.cloud.aws import AWSCloud, AWSConfig
+from provisioning.cloud.base import (
+    CloudError,
+    CloudProvider,
+    InsufficientCapacity,
+    LaunchOption,
+    LaunchRequest,
+    NodeClassNotReady,
+    ResolvedNodeClass,
+    Throttled,
+)
+from provisioning.cloud.launch import garbage_collect, launch_with_fallback
+from provisioning.crd.ec2nodeclass import effective_ami_family
+from provisioning.models import EC2NodeClass, NodeClaim, NodePool
+from provisioning.services.connections import get_redis
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def get_cloud() -> CloudProvider:
+    return AWSCloud(AWSConfig.from_settings(settings))
+
+
+# ------------------------------------------------------------------ EC2NodeClass status
+
+
+def resolve_nodeclass(nodeclass: EC2NodeClass, cloud: CloudProvider | None = None) -> ResolvedNodeClass:
+    """Resolve the selectors against the cloud and report readiness on the status."""
+    cloud = cloud or get_cloud()
+    try:
+        resolved = cloud.resolve_nodeclass(nodeclass.name, nodeclass.spec)
+    except CloudError as exc:
+        resolved = ResolvedNodeClass(
+            name=nodeclass.name, ami_family=effective_ami_family(nodeclass.spec) or "", problems=(str(exc),)
+        )
+    EC2NodeClass.objects.filter(pk=nodeclass.pk).update(status=nodeclass_status(nodeclass, resolved))
+    return resolved
+
+
+def nodeclass_status(nodeclass: EC2NodeClass, resolved: ResolvedNodeClass) -> dict[str, Any]:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        return {
+            "type": kind,
+            "status": "True" if ok else "False",
+            "reason": kind if ok else reason,
+            "message": "" if ok else message,
+            "lastTransitionTime": now,
+            "observedGeneration": nodeclass.generation,
+        }
+
+    problems = "; ".join(resolved.problems)
+    return {
+        "subnets": [{"id": s.id, "zone": s.zone, "zoneID": s.zone_id} for s in resolved.subnets],
+        "securityGroups": [{"id": g.id, "name": g.name} for g in resolved.security_groups],
+        "amis": [
+            {
+                "id": i.id,
+                "name": i.name,
+                **({"deprecated": True} if i.deprecated else {}),
+                "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": [i.arch]}],
+            }
+            for i in resolved.images
+        ],
+        "instanceProfile": resolved.instance_profile,
+        "conditions": [
+            condition("SubnetsReady", bool(resolved.subnets), "SubnetsNotFound", "no subnet matches"),
+            condition(
+                "SecurityGroupsReady",
+                bool(resolved.security_groups),
+                "SecurityGroupsNotFound",
+                "no security group matches",
+            ),
+            condition("AMIsReady", bool(resolved.images), "AMINotFound", "no AMI matches"),
+            condition(
+                "InstanceProfileReady",
+                bool(resolved.instance_profile),
+                "InstanceProfileNotFound",
+                "no instance profile",
+            ),
+            condition("Ready", resolved.ready, "NotReady", problems),
+        ],
+    }
+
+
+# ------------------------------------------------------------------ launch
+
+
+def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeClaim | None:
+    """Launch one pending NodeClaim; returns it, or None when another worker has it.
+
+    Throttling propagates (the task retries it with backoff); every other failure is
+    written on the claim as a reason for people.
+    """
+    claim = NodeClaim.objects.filter(pk=claim_id).first()
+    if claim is None or not claim.move(NodeClaim.State.PENDING, NodeClaim.State.LAUNCHING):
+        return None
+    NodeClaim.objects.filter(pk=claim.pk).update(launch_attempts=F("launch_attempts") + 1)
+    cloud = cloud or get_cloud()
+    try:
+        request = _launch_request(claim, cloud)
+        redis = get_redis()
+        instance = launch_with_fallback(
+            cloud,
+            request,
+            mark_unavailable=lambda option: ice.mark_unavailable(
+                redis, option.capacity_type, option.instance_type, option.zone, "InsufficientInstanceCapacity"
+            ),
+            is_unavailable=lambda option: ice.is_unavailable(
+                redis, option.capacity_type, option.instance_type, option.zone
+            ),
+        )
+    except Throttled:
+        claim.move(NodeClaim.State.LAUNCHING, NodeClaim.State.PENDING)
+        raise
+    except (InsufficientCapacity, NodeClassNotReady, CloudError) as exc:
+        claim.move(NodeClaim.State.LAUNCHING, NodeClaim.State.FAILED, reason=exc.reason, message=str(exc))
+        log.warning("nodeclaim %s failed to launch: %s: %s", claim.name, exc.reason, exc)
+        return claim
+    price = _price_of(claim, instance.instance_type, instance.zone, instance.capacity_type)
+    claim.move(
+        NodeClaim.State.LAUNCHING,
+        NodeClaim.State.LAUNCHED,
+        instance_id=instance.id,
+        instance_type=instance.instance_type,
+        zone=instance.zone,
+        capacity_type=instance.capacity_type,
+        price_per_hour=price,
+        launched_at=timezone.now(),
+        reason="",
+        message="",
+    )
+    log.info(
+        "nodeclaim %s launched %s %s in %s as %s",
+        claim.name,
+        instance.id,
+        instance.instance_type,
+        instance.zone,
+        instance.capacity_type,
+    )
+    return claim
+
+
+def _launch_request(claim: NodeClaim, cloud: CloudProvider) -> LaunchRequest:
+    nodeclass = EC2NodeClass.objects.filter(name=claim.nodeclass_name).first()
+    if nodeclass is None:
+        raise NodeClassNotReady(f"EC2NodeClass {claim.nodeclass_name!r} does not exist")
+    resolved = resolve_nodeclass(nodeclass, cloud)
+    if not resolved.ready:
+        raise NodeClassNotReady(f"EC2NodeClass {nodeclass.name!r} is not ready: {'; '.join(resolved.problems)}")
+    options = tuple(
+        LaunchOption(o["instanceType"], o["zone"], o["capacityType"], float(o["price"])) for o in claim.launch_options
+    )
+    if not options:
+        raise CloudError("the NodeClaim has no instance type options", reason="NoCompatibleInstanceTypes")
+    capacity_types = {o.capacity_type for o in options}
+    pool = NodePool.objects.filter(name=claim.nodepool_name).first()
+    labels = {**((pool.spec.get("template") or {}).get("metadata") or {}).get("labels", {})} if pool else {}
+    labels["karpenter.sh/nodepool"] = claim.nodepool_name
+    return LaunchRequest(
+        nodeclaim_name=claim.name,
+        nodeclaim_uid=str(claim.uid),
+        nodepool=claim.nodepool_name,
+        nodeclass_spec=nodeclass.spec,
+        nodeclass=resolved,
+        options=options,
+        # Upstream's rule: spot whenever the claim allows it and a spot offering is left.
+        capacity_type="spot" if "spot" in capacity_types else "on-demand",
+        labels=labels,
+        taints=tuple(claim.spec.get("taints") or ()),
+    )
+
+
+def _price_of(claim: NodeClaim, instance_type: str, zone: str, capacity_type: str) -> Decimal | None:
+    for option in claim.launch_options:
+        if (option["instanceType"], option["zone"], option["capacityType"]) == (instance_type, zone, capacity_type):
+            return Decimal(str(option["price"]))
+    return None
+
+
+# ------------------------------------------------------------------ garbage collection
+
+
+def collect_garbage(cloud: CloudProvider | None = None, now: datetime | None = None) -> list[str]:
+    """Terminate instances of this cluster that no live NodeClaim owns (older than 30 s)."""
+    known = set(
+        NodeClaim.objects.filter(state__in=NodeClaim.ACTIVE_STATES)
+        .exclude(instance_id="")
+        .values_list("instance_id", flat=True)
+    )
+    terminated = garbage_collect(cloud or get_cloud(), known, now or datetime.now(UTC))
+    for instance_id in terminated:
+        log.info("garbage-collected instance %s: no NodeClaim owns it", instance_id)
+    return terminated
