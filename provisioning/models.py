@@ -105,6 +105,14 @@ class EC2NodeClass(CustomResource):
         verbose_name_plural = "EC2NodeClasses"
 
     @property
+    def ready_condition(self) -> dict[str, Any] | None:
+        """The status's Ready condition, once the selectors were resolved."""
+        for condition in self.status.get("conditions") or []:
+            if isinstance(condition, dict) and condition.get("type") == "Ready":
+                return condition
+        return None
+
+    @property
     def identity(self) -> str:
         """The IAM role, or the instance profile, nodes launch with."""
         return self.spec.get("role") or self.spec.get("instanceProfile") or ""

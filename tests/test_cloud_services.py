@@ -151,3 +151,10 @@ def test_garbage_collection_terminates_instances_no_claim_owns(env):
     assert orphan.instance_id in terminated
     assert owned.instance_id not in terminated
     assert cloud_service.collect_garbage(now=datetime.now(UTC) + timedelta(minutes=5)) == []
+
+
+def test_the_overview_shows_nodeclass_readiness(env, admin_client):
+    assert "resolving…" in admin_client.get("/").content.decode()
+    cloud_service.resolve_nodeclass(EC2NodeClass.objects.get(name="default"))
+    page = admin_client.get("/").content.decode()
+    assert '<span class="badge ok">Ready</span>' in page
