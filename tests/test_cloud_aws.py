@@ -21,18 +21,7 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
-from provisioning.cloud.aws import (
-    AWSCloud,
-    AWSConfig,
-    AWSPrices,
-    NodeBootstrap,
-    alias_parameters,
-    block_device_mappings,
-    error_reason,
-    parse_price_list,
-    pricing_region,
-    to_cloud_error,
-)
+from provisioning.cloud.aws import AWSCloud, AWSPrices, to_cloud_error
 from provisioning.cloud.base import (
     CloudError,
     Instance,
@@ -45,7 +34,13 @@ from provisioning.cloud.base import (
     Subnet,
     Throttled,
 )
+from provisioning.cloud.config import AWSConfig
+from provisioning.cloud.errors import error_reason
 from provisioning.cloud.launch import backoff_delay, garbage_collect, launch_with_fallback
+from provisioning.cloud.launchtemplate import block_device_mappings
+from provisioning.cloud.pricing import parse_price_list, pricing_api_region
+from provisioning.cloud.selectors import alias_parameters
+from provisioning.cloud.userdata import NodeBootstrap
 
 CLUSTER = "karpweb-test"
 ENDPOINT = "https://0123456789ABCDEF.gr7.us-east-1.eks.amazonaws.com"
@@ -667,7 +662,7 @@ def test_price_list_parsing_and_regions():
         "terms": {"OnDemand": {"t": {"priceDimensions": {"d": {"pricePerUnit": {"USD": "0"}}}}}},
     }
     assert parse_price_list([json.dumps(item), json.dumps(zero)]) == {"m5.large": 0.096}
-    assert [pricing_region(r) for r in ("ap-southeast-2", "eu-west-1", "cn-north-1", "us-west-2")] == [
+    assert [pricing_api_region(r) for r in ("ap-southeast-2", "eu-west-1", "cn-north-1", "us-west-2")] == [
         "ap-south-1",
         "eu-central-1",
         "cn-northwest-1",

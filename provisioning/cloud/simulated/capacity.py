@@ -1,20 +1,6 @@
-"""The simulated AWS of the embedded default: a moto server seeded like an EKS account
-prepared for Karpenter, an insufficient-capacity knob, and a simulated spot market.
+"""Insufficient capacity and idempotency in front of moto (which has neither).
 
-``python -m provisioning.cloud.simulated --port P`` serves moto on 127.0.0.1:P. Before it
-listens, the same process seeds moto's in-memory backends (no API calls, so nothing is
-refused by the reserved-name checks of the public API):
-
-* EC2: a VPC with one private subnet per availability zone of the region and a cluster
-  security group, all tagged ``karpenter.sh/discovery: <cluster>``; Amazon-owned EKS AMIs
-  (AL2023 standard/nvidia/neuron, Bottlerocket standard/nvidia, AL2 x86_64/arm64/gpu,
-  Windows Server 2019/2022/2025) with the names Amazon gives them.
-* SSM: the public parameters the AMI aliases resolve through (``/aws/service/eks/...``,
-  ``/aws/service/bottlerocket/...``, ``/aws/service/ami-windows-latest/...``), both the
-  ``recommended``/``latest`` and the pinned-version paths.
-* IAM: the role ``KarpenterNodeRole-<cluster>`` and an instance profile of the same name.
-
-In front of moto sits :class:`CapacityMiddleware`:
+:class:`CapacityMiddleware` is WSGI middleware around moto's app:
 
 * Offerings listed as exhausted (``capacity-type:instance-type:zone``; ``*`` for the zone
   or the capacity type matches any) get EC2's insufficient-capacity answers: RunInstances
@@ -26,386 +12,30 @@ In front of moto sits :class:`CapacityMiddleware`:
 * ``ClientToken`` makes RunInstances and CreateFleet idempotent as on EC2 (moto ignores
   it): a repeated token replays the first answer instead of launching again, and a token
   reused with different parameters gets ``IdempotentParameterMismatch``.
-
-:class:`SimulatedPrices` is the price source of the simulation (moto has no prices).
-This module imports moto only inside the functions that run the server, so the price
-model is cheap to import.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
-import ipaddress
 import json
-import logging
-import math
 import os
 import re
-import signal
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 from xml.sax.saxutils import escape
 
-DEFAULT_REGION = "us-east-1"
-DEFAULT_CLUSTER = "my-cluster"
-DEFAULT_KUBERNETES_VERSION = "1.33"
+from provisioning.cloud.simulated.seed import DEFAULT_REGION, account_id
+
 CONTROL_PATH = "/_karpweb/insufficient-capacity"
 INSUFFICIENT_CAPACITY_ENV = "KARPWEB_SIM_INSUFFICIENT_CAPACITY"
-DISCOVERY_TAG = "karpenter.sh/discovery"
-
-# The release the seeded AMIs belong to (names and creation dates follow from it).
-AMI_RELEASE = "20261101"
-BOTTLEROCKET_VERSION = "1.50.0"
-WINDOWS_RELEASE = "2026.11.12"
-EKS_AMI_OWNER = "602401143452"
-BOTTLEROCKET_AMI_OWNER = "092701018921"
-WINDOWS_AMI_OWNER = "801119661308"
-
 EC2_XMLNS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 LAUNCH_ACTIONS = ("CreateFleet", "RunInstances")
 CAPACITY_TYPES = ("spot", "on-demand", "*")
-
-
-# ------------------------------------------------------------------ the simulated spot market
-
-
-def _unit(text: str) -> float:
-    """A stable number in [0, 1) for ``text`` (the same on every machine and run)."""
-    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 2**32
-
-
-_FAMILY = re.compile(r"^([a-z]+)(\d+)")
-
-
-def base_discount(family: str) -> float:
-    """The family's base spot discount, 55%–75%, picked by a stable hash of its name."""
-    return 0.55 + 0.20 * _unit(f"family:{family}")
-
-
-def family_discount(family: str) -> float:
-    """The base discount plus the terms for older generations and burstable families."""
-    discount = base_discount(family)
-    match = _FAMILY.match(family)
-    if match:
-        generation = int(match.group(2))
-        if generation <= 3:
-            discount += 0.08
-        elif generation == 4:
-            discount += 0.05
-        elif generation == 5:
-            discount += 0.02
-        if match.group(1) == "t":
-            discount += 0.05
-    return discount
-
-
-def zone_variation(instance_type: str, zone: str) -> float:
-    """A stable ±3 points per zone and instance type."""
-    return (_unit(f"zone:{zone}/{instance_type}") - 0.5) * 0.06
-
-
-def spot_discount(instance_type: str, zone: str) -> float:
-    """The fraction of the on-demand price a spot instance saves; see :class:`SimulatedPrices`."""
-    discount = family_discount(instance_type.split(".", 1)[0]) + zone_variation(instance_type, zone)
-    return min(max(discount, 0.10), 0.88)
-
-
-def simulated_spot_price(instance_type: str, zone: str, on_demand: float) -> float:
-    """The spot price of ``instance_type`` in ``zone`` given its on-demand price."""
-    raw = on_demand * (1.0 - spot_discount(instance_type, zone))
-    ceiling = on_demand * 0.9
-    price = round(raw, 4)
-    if price <= 0 or price > ceiling:  # four decimals are too coarse for sub-cent prices
-        price = math.floor(raw * 1e6) / 1e6
-    return price
-
-
-class SimulatedPrices:
-    """A deterministic spot market over the catalog snapshot's on-demand list prices.
-
-    ``on_demand_prices()`` is the table given (instance type → USD/hour). ``spot_prices()``
-    prices every type with a positive on-demand price in every given zone:
-
-    ``spot = on_demand × (1 − discount)``, where ``discount`` is
-
-    * a base discount per instance family between 55% and 75%, picked by a stable hash
-      (SHA-256) of the family name (``m5``, ``c6i``...), so all sizes of a family get
-      about the same discount (:func:`base_discount`);
-    * deeper for older generations (+8 points for generation ≤ 3, +5 for 4, +2 for 5) and
-      for burstable ``t`` families (+5 points) (:func:`family_discount`);
-    * varied per zone by ±3 points with a stable hash of zone and instance type, so the
-      cheapest zone differs between types (:func:`zone_variation`);
-    * clamped to 10%–88% (:func:`spot_discount`).
-
-    For example m5.large at $0.096 on demand costs $0.0273 spot in us-east-1a.
-
-    Prices are rounded to 4 decimals (6 for the few sub-cent prices where 4 decimals would
-    break a bound); a spot price is always positive and never above 90% of on-demand.
-    No randomness: the same inputs give the same prices in every process and run.
-    """
-
-    def __init__(self, snapshot_on_demand: dict[str, float], zones: list[str]) -> None:
-        self._on_demand = dict(snapshot_on_demand)
-        self._zones = list(zones)
-
-    def on_demand_prices(self) -> dict[str, float]:
-        return dict(self._on_demand)
-
-    def spot_prices(self) -> dict[tuple[str, str], float]:
-        return {
-            (instance_type, zone): simulated_spot_price(instance_type, zone, price)
-            for instance_type, price in sorted(self._on_demand.items())
-            if price and price > 0
-            for zone in self._zones
-        }
-
-
-# ------------------------------------------------------------------ what the account holds
-
-
-@dataclass(frozen=True)
-class SeedImage:
-    """An Amazon-published EKS AMI and the SSM parameters that point at it."""
-
-    name: str
-    family: str  # "AL2023" | "AL2" | "Bottlerocket" | "Windows2019" | ...
-    arch: str  # EC2 spelling: "x86_64" | "arm64"
-    variant: str  # "standard" | "nvidia" | "neuron"
-    owner_id: str
-    ssm_parameters: tuple[str, ...]
-    platform: str = ""  # "windows" for Windows AMIs
-
-    @property
-    def image_id(self) -> str:
-        # Stable across restarts, so launch templates named by content hash stay reusable.
-        return "ami-" + hashlib.sha256(self.name.encode()).hexdigest()[:17]
-
-    @property
-    def description(self) -> str:
-        return f"EKS-optimized {self.family} {self.variant} node AMI for Kubernetes ({self.arch})"
-
-
-def seed_images(kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> list[SeedImage]:
-    """The AMIs of one EKS release for ``kubernetes_version``, with their SSM paths
-    (reference Part II §1.2)."""
-    k8s = kubernetes_version
-    release = f"v{AMI_RELEASE}"
-    eks = f"/aws/service/eks/optimized-ami/{k8s}"
-    images: list[SeedImage] = []
-    for arch, variant in (
-        ("x86_64", "standard"),
-        ("arm64", "standard"),
-        ("x86_64", "nvidia"),
-        ("arm64", "nvidia"),
-        ("x86_64", "neuron"),
-    ):
-        name = f"amazon-eks-node-al2023-{arch}-{variant}-{k8s}-{release}"
-        base = f"{eks}/amazon-linux-2023/{arch}/{variant}"
-        images.append(
-            SeedImage(
-                name,
-                "AL2023",
-                arch,
-                variant,
-                EKS_AMI_OWNER,
-                (f"{base}/recommended/image_id", f"{base}/{name}/image_id"),
-            )
-        )
-    for suffix, arch, variant in (
-        ("", "x86_64", "standard"),
-        ("-arm64", "arm64", "standard"),
-        ("-gpu", "x86_64", "nvidia"),
-    ):
-        name = f"amazon-eks{suffix}-node-{k8s}-{release}"
-        base = f"{eks}/amazon-linux-2{suffix}"
-        images.append(
-            SeedImage(
-                name,
-                "AL2",
-                arch,
-                variant,
-                EKS_AMI_OWNER,
-                (f"{base}/recommended/image_id", f"{base}/{name}/image_id"),
-            )
-        )
-    for nvidia in ("", "-nvidia"):
-        for arch in ("x86_64", "arm64"):
-            build = hashlib.sha256(f"bottlerocket{nvidia}{arch}{k8s}".encode()).hexdigest()[:8]
-            name = f"bottlerocket-aws-k8s-{k8s}{nvidia}-{arch}-v{BOTTLEROCKET_VERSION}-{build}"
-            base = f"/aws/service/bottlerocket/aws-k8s-{k8s}{nvidia}/{arch}"
-            images.append(
-                SeedImage(
-                    name,
-                    "Bottlerocket",
-                    arch,
-                    "nvidia" if nvidia else "standard",
-                    BOTTLEROCKET_AMI_OWNER,
-                    (f"{base}/latest/image_id", f"{base}/{BOTTLEROCKET_VERSION}/image_id"),
-                )
-            )
-    for year in ("2019", "2022", "2025"):
-        stem = f"Windows_Server-{year}-English-Core-EKS_Optimized-{k8s}"
-        images.append(
-            SeedImage(
-                f"{stem}-{WINDOWS_RELEASE}",
-                f"Windows{year}",
-                "x86_64",
-                "standard",
-                WINDOWS_AMI_OWNER,
-                (f"/aws/service/ami-windows-latest/{stem}/image_id",),
-                platform="windows",
-            )
-        )
-    return images
-
-
-@dataclass(frozen=True)
-class SeededAccount:
-    region: str
-    cluster: str
-    vpc_id: str
-    subnets: dict[str, str]  # zone → subnet id
-    security_group_id: str
-    images: tuple[SeedImage, ...]
-    instance_profile: str
-
-
-def _account_id() -> str:
-    from moto.core import DEFAULT_ACCOUNT_ID
-
-    return DEFAULT_ACCOUNT_ID
-
-
-def seed_account(
-    region: str = DEFAULT_REGION,
-    cluster: str = DEFAULT_CLUSTER,
-    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
-) -> SeededAccount:
-    """Fill moto's in-memory backends (this process) like an EKS account set up for Karpenter."""
-    from moto.ec2.models import ec2_backends
-    from moto.ec2.models.amis import Ami
-    from moto.ssm.models import Parameter, ssm_backends
-
-    account = _account_id()
-    ec2 = ec2_backends[account][region]
-    discovery = {DISCOVERY_TAG: cluster}
-
-    vpc = ec2.create_vpc("10.0.0.0/16")
-    ec2.create_tags([vpc.id], {"Name": f"{cluster}-vpc", **discovery})
-    zones = sorted(ec2.describe_availability_zones(), key=lambda z: z.name)
-    prefix = max(19, 16 + math.ceil(math.log2(max(len(zones), 1))))
-    blocks = ipaddress.ip_network("10.0.0.0/16").subnets(new_prefix=prefix)
-    subnets: dict[str, str] = {}
-    for zone, block in zip(zones, blocks, strict=False):
-        subnet = ec2.create_subnet(vpc.id, str(block), availability_zone=zone.name)
-        ec2.create_tags(
-            [subnet.id],
-            {
-                "Name": f"{cluster}-private-{zone.name}",
-                "kubernetes.io/role/internal-elb": "1",
-                f"kubernetes.io/cluster/{cluster}": "shared",
-                **discovery,
-            },
-        )
-        subnets[zone.name] = subnet.id
-
-    group = ec2.create_security_group(
-        f"eks-cluster-sg-{cluster}",
-        f"EKS created security group applied to ENI that is attached to EKS Control Plane master nodes, "
-        f"as well as any managed workloads of cluster {cluster}.",
-        vpc_id=vpc.id,
-        tags={"Name": f"eks-cluster-sg-{cluster}", f"kubernetes.io/cluster/{cluster}": "owned", **discovery},
-    )
-
-    images = seed_images(kubernetes_version)
-    created = datetime.strptime(AMI_RELEASE, "%Y%m%d").replace(tzinfo=UTC)
-    ssm = ssm_backends[account][region]
-    for image in images:
-        ec2.amis[image.image_id] = Ami(
-            ec2,
-            ami_id=image.image_id,
-            name=image.name,
-            description=image.description,
-            owner_id=image.owner_id,
-            owner_alias="amazon",
-            public=True,
-            virtualization_type="hvm",
-            architecture=image.arch,
-            creation_date=created,
-            platform=image.platform or None,
-            hypervisor="xen",
-            root_device_type="ebs",
-            root_device_name="/dev/sda1" if image.platform == "windows" else "/dev/xvda",
-            region_name=next(iter(subnets), f"{region}a"),
-            boot_mode="uefi-preferred",
-            tags=discovery,
-        )
-        for name in image.ssm_parameters:
-            ssm._parameters[name].append(
-                Parameter(
-                    account_id=account,
-                    name=name,
-                    value=image.image_id,
-                    parameter_type="String",
-                    description=None,
-                    allowed_pattern=None,
-                    keyid=None,
-                    last_modified_date=created,
-                    version=1,
-                    data_type="aws:ec2:image",
-                )
-            )
-
-    return SeededAccount(
-        region=region,
-        cluster=cluster,
-        vpc_id=vpc.id,
-        subnets=subnets,
-        security_group_id=group.id,
-        images=tuple(images),
-        instance_profile=_seed_iam(account, region, cluster),
-    )
-
-
-def _seed_iam(account: str, region: str, cluster: str) -> str:
-    """The node role of the seed's EC2NodeClass and an instance profile of the same name."""
-    try:
-        from moto.iam.models import iam_backends
-        from moto.utilities.utils import get_partition
-
-        iam = iam_backends[account][get_partition(region)]
-        role = f"KarpenterNodeRole-{cluster}"
-        trust = {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
-            ],
-        }
-        iam.create_role(
-            role_name=role,
-            assume_role_policy_document=json.dumps(trust),
-            path="/",
-            permissions_boundary=None,
-            description=f"Karpenter node role of cluster {cluster}",
-            tags=[{"Key": DISCOVERY_TAG, "Value": cluster}],
-            max_session_duration=None,
-        )
-        iam.create_instance_profile(role, "/", role_names=[role])
-        return role
-    except Exception as exc:  # the simulation still serves EC2 and SSM without IAM
-        print(f"simulated AWS: no IAM instance profile ({exc})", file=sys.stderr)
-        return ""
-
-
-# ------------------------------------------------------------------ insufficient capacity
 
 
 def parse_offering_keys(keys: Iterable[str]) -> set[str]:
@@ -605,7 +235,7 @@ class CapacityMiddleware:
     def _backend(self, environ: dict[str, Any]) -> Any:
         from moto.ec2.models import ec2_backends
 
-        return ec2_backends[_account_id()][environ.get("karpweb.region") or self.region]
+        return ec2_backends[account_id()][environ.get("karpweb.region") or self.region]
 
     def _launch(self, environ: dict[str, Any], params: list[tuple[str, str]]) -> tuple[str, list, bytes]:
         action = next(v for k, v in params if k == "Action")
@@ -803,55 +433,3 @@ def _add_fleet_errors(body: bytes, items: list[str]) -> bytes:
 
 def _json(status: str, payload: dict[str, Any]) -> tuple[str, list, bytes]:
     return status, [("Content-Type", "application/json")], json.dumps(payload).encode()
-
-
-# ------------------------------------------------------------------ the process
-
-
-def build_app(offerings: ExhaustedOfferings, region: str = DEFAULT_REGION) -> CapacityMiddleware:
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-
-    return CapacityMiddleware(DomainDispatcherApplication(create_backend_app), offerings, region)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m provisioning.cloud.simulated", description=__doc__.split("\n")[0])
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
-    parser.add_argument("--region", default=DEFAULT_REGION)
-    parser.add_argument("--cluster", default=DEFAULT_CLUSTER)
-    parser.add_argument("--kubernetes-version", default=DEFAULT_KUBERNETES_VERSION)
-    parser.add_argument("--verbose", action="store_true", help="log every request")
-    args = parser.parse_args(argv)
-
-    try:
-        offerings = ExhaustedOfferings.from_env()
-    except ValueError as exc:
-        parser.error(f"{INSUFFICIENT_CAPACITY_ENV}: {exc}")
-    if not args.verbose:
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-
-    from moto.moto_server.werkzeug_app import MotoRequestHandler
-    from werkzeug.serving import make_server
-
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, frame: stop.set())
-
-    seed_account(args.region, args.cluster, args.kubernetes_version)
-    if stop.is_set():  # stopped while seeding
-        return 0
-    app = build_app(offerings, args.region)
-    server = make_server("127.0.0.1", args.port, app, threaded=True, request_handler=MotoRequestHandler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.2,), name="moto", daemon=True)
-    thread.start()
-    print(f"simulated AWS on http://127.0.0.1:{server.server_port} (region {args.region})", flush=True)
-    while not stop.wait(0.2):
-        if not thread.is_alive():
-            return 1
-    server.shutdown()
-    server.server_close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

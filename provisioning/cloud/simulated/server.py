@@ -1,0 +1,64 @@
+"""The simulated AWS process: seed the account, then serve moto behind the capacity
+middleware on 127.0.0.1 until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from provisioning.cloud.simulated.capacity import INSUFFICIENT_CAPACITY_ENV, CapacityMiddleware, ExhaustedOfferings
+from provisioning.cloud.simulated.seed import (
+    DEFAULT_CLUSTER,
+    DEFAULT_KUBERNETES_VERSION,
+    DEFAULT_REGION,
+    seed_account,
+)
+
+DESCRIPTION = "The simulated AWS of the embedded default: a moto server seeded like an EKS account for Karpenter."
+
+
+def build_app(offerings: ExhaustedOfferings, region: str = DEFAULT_REGION) -> CapacityMiddleware:
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    return CapacityMiddleware(DomainDispatcherApplication(create_backend_app), offerings, region)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m provisioning.cloud.simulated", description=DESCRIPTION)
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--region", default=DEFAULT_REGION)
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER)
+    parser.add_argument("--kubernetes-version", default=DEFAULT_KUBERNETES_VERSION)
+    parser.add_argument("--verbose", action="store_true", help="log every request")
+    args = parser.parse_args(argv)
+
+    try:
+        offerings = ExhaustedOfferings.from_env()
+    except ValueError as exc:
+        parser.error(f"{INSUFFICIENT_CAPACITY_ENV}: {exc}")
+    if not args.verbose:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
+    from werkzeug.serving import make_server
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.set())
+
+    seed_account(args.region, args.cluster, args.kubernetes_version)
+    if stop.is_set():  # stopped while seeding
+        return 0
+    app = build_app(offerings, args.region)
+    server = make_server("127.0.0.1", args.port, app, threaded=True, request_handler=MotoRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.2,), name="moto", daemon=True)
+    thread.start()
+    print(f"simulated AWS on http://127.0.0.1:{server.server_port} (region {args.region})", flush=True)
+    while not stop.wait(0.2):
+        if not thread.is_alive():
+            return 1
+    server.shutdown()
+    server.server_close()
+    return 0
