@@ -6,6 +6,7 @@ explicitly on SIGTERM/SIGINT or when any of them dies, so nothing is left behind
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -14,6 +15,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 
 @dataclass
@@ -47,8 +50,11 @@ class Launcher:
         self.stop()
         return 0
 
-    def stop(self, grace: float = 10.0) -> None:
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM every child, wait ``grace`` seconds, then SIGKILL whatever is left,
+        grandchildren included (a Celery worker killed mid-shutdown would orphan its pool)."""
         self.stopping = True
+        family = self._descendants()
         for _name, proc in reversed(self.children):
             if proc.poll() is None:
                 proc.terminate()
@@ -59,6 +65,17 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        _gone, alive = psutil.wait_procs(family, timeout=max(0.1, deadline - time.monotonic()))
+        for straggler in alive:
+            with contextlib.suppress(psutil.Error):
+                straggler.kill()
+
+    def _descendants(self) -> list[psutil.Process]:
+        found: list[psutil.Process] = []
+        for _name, proc in self.children:
+            with contextlib.suppress(psutil.Error):
+                found += psutil.Process(proc.pid).children(recursive=True)
+        return found
 
 
 def free_port() -> int:
