@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds bench-webhook clean
+.PHONY: setup run test test-fast lint crds bench-webhook bench-catalog clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,9 @@ crds: setup
 
 bench-webhook: setup
 	$(PY) bench/webhook_latency.py
+
+bench-catalog: setup
+	$(PY) bench/catalog.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
