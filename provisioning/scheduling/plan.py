@@ -1,0 +1,53 @@
+"""What the solver returns: NodeClaims to launch, pods placed on existing nodes, pods
+that cannot be placed (each with the reason), and what it costs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from provisioning.scheduling.requirements import Requirements
+
+
+@dataclass(frozen=True)
+class InstanceTypeOption:
+    """One offering a claim may launch as; options are in price order, the chosen first."""
+
+    instance_type: str
+    capacity_type: str
+    zone: str
+    price: float
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    name: str
+    nodepool: str
+    requirements: Requirements
+    options: tuple[InstanceTypeOption, ...]
+    pods: tuple[str, ...]  # "namespace/name"
+    requests: Mapping[str, int]  # the pods' requests plus DaemonSet overhead
+    why: str = ""  # why the first option won, for people
+    alternatives: tuple[InstanceTypeOption, ...] = ()  # the next cheapest, for the decision page
+
+    @property
+    def chosen(self) -> InstanceTypeOption:
+        return self.options[0]
+
+    @property
+    def price(self) -> float:
+        return self.options[0].price
+
+
+@dataclass(frozen=True)
+class Plan:
+    claims: tuple[ClaimPlan, ...]
+    existing: Mapping[str, tuple[str, ...]]  # node name → pods placed on it
+    unschedulable: Mapping[str, str]  # pod → the reason, naming the constraint
+    solve_seconds: float = 0.0
+    unreached: tuple[str, ...] = ()  # pods the deadline stopped before (also in unschedulable)
+    stats: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def total_price(self) -> float:
+        return sum(claim.price for claim in self.claims)
