@@ -1,0 +1,222 @@
+"""A NodePool's instance types as arrays, so filtering them is a few vector operations.
+
+For every NodePool the solver keeps one ``PoolModel``: the instance types that have an
+available offering the pool allows, their usable resources (allocatable minus the
+DaemonSet overhead that lands on the pool's nodes) and capacity as integer matrices, and
+caches of "which types satisfy these requirements". A planned NodeClaim then carries a
+boolean mask over these types that only ever shrinks, as upstream's instance-type set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from provisioning.crd.labels import CAPACITY_TYPE, ZONE
+from provisioning.scheduling.instancetypes import InstanceType, Offering
+from provisioning.scheduling.plan import InstanceTypeOption
+from provisioning.scheduling.requirements import OFFERING_LABELS, Requirement, Requirements
+from provisioning.scheduling.snapshot import NodePoolInput
+from provisioning.scheduling.taints import Taint, untolerated
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """A DaemonSet as overhead: its pod's requests, requirements and tolerations."""
+
+    name: str
+    requests: dict[str, int]
+    requirements: tuple[Requirements, ...]  # OR of terms (nodeSelector merged into each)
+    tolerations: tuple
+
+
+class PoolModel:
+    def __init__(self, pool: NodePoolInput, resources: Sequence[str], daemons: Sequence[Daemon]) -> None:
+        self.pool = pool
+        self.name = pool.name
+        self.resources = tuple(resources)
+        self.requirements = pool.requirements
+        self.taints: tuple[Taint, ...] = tuple(pool.taints)
+        zone_req, ct_req = self.requirements.get(ZONE), self.requirements.get(CAPACITY_TYPE)
+        types: list[InstanceType] = []
+        offerings: list[tuple[Offering, ...]] = []
+        for it in pool.instance_types:
+            usable = tuple(
+                o
+                for o in it.offerings
+                if o.available
+                and o.price is not None
+                and (zone_req is None or zone_req.has(o.zone))
+                and (ct_req is None or ct_req.has(o.capacity_type))
+            )
+            if usable:
+                types.append(it)
+                offerings.append(tuple(sorted(usable, key=lambda o: (o.price, o.capacity_type, o.zone))))
+        self.types = types
+        self.offerings = offerings
+        self.names = np.array([t.name for t in types], dtype=object)
+        self.label_keys = frozenset(k for t in types for k in t.labels) - OFFERING_LABELS
+        self.capacity = self._matrix([t.capacity for t in types])
+        allocatable = self._matrix([t.allocatable for t in types])
+        self.daemons = [d for d in daemons if self._daemon_lands(d)]
+        self.overhead = self._overhead(types)
+        self.usable = allocatable - self.overhead
+        self.cheapest = np.array([o[0].price for o in offerings], dtype=float) if types else np.zeros(0)
+        self.exotic = np.fromiter((is_exotic(t) for t in types), dtype=bool, count=len(types))
+        self._type_masks: dict[Requirements, np.ndarray] = {}
+        self._offer_masks: dict[tuple[Requirement | None, Requirement | None], np.ndarray] = {}
+        self._price_vectors: dict[tuple[Requirement | None, Requirement | None], np.ndarray] = {}
+        self._type_label_cache: dict[str, np.ndarray] = {}
+        self.all_zones = frozenset(o.zone for offs in offerings for o in offs)
+
+    def __len__(self) -> int:
+        return len(self.types)
+
+    # ---------------------------------------------------------------- set-up
+
+    def _matrix(self, resources: list) -> np.ndarray:
+        out = np.zeros((len(resources), len(self.resources)), dtype=np.int64)
+        for i, amounts in enumerate(resources):
+            for j, name in enumerate(self.resources):
+                out[i, j] = amounts.get(name, 0)
+        return out
+
+    def _daemon_lands(self, daemon: Daemon) -> bool:
+        """Does this DaemonSet run on the pool's nodes? (taints, PreferNoSchedule tolerated)."""
+        if untolerated(daemon.tolerations, self.taints, ignore_prefer_no_schedule=True) is not None:
+            return False
+        return any(self.requirements.compatible(term) is None for term in daemon.requirements)
+
+    def _overhead(self, types: list[InstanceType]) -> np.ndarray:
+        """Per instance type, the summed requests of the DaemonSets that can run on it."""
+        out = np.zeros((len(types), len(self.resources)), dtype=np.int64)
+        for daemon in self.daemons:
+            vector = np.array([daemon.requests.get(r, 0) for r in self.resources], dtype=np.int64)
+            for i, it in enumerate(types):
+                if any(term.only(self.label_keys).matches(it.labels) for term in daemon.requirements):
+                    out[i] += vector
+        return out
+
+    # ---------------------------------------------------------------- filtering
+
+    def type_mask(self, requirements: Requirements) -> np.ndarray:
+        """Types whose labels satisfy ``requirements`` and that have an allowed offering."""
+        mask = self._type_masks.get(requirements)
+        if mask is None:
+            labels_part = requirements.only(self.label_keys)
+            mask = np.fromiter((labels_part.matches(t.labels) for t in self.types), dtype=bool, count=len(self.types))
+            mask &= self.offer_mask(requirements)
+            self._type_masks[requirements] = mask
+        return mask
+
+    def offer_mask(self, requirements: Requirements) -> np.ndarray:
+        key = (requirements.get(ZONE), requirements.get(CAPACITY_TYPE))
+        mask = self._offer_masks.get(key)
+        if mask is None:
+            zone, ct = key
+            mask = np.fromiter(
+                (any(self._allowed(o, zone, ct) for o in offs) for offs in self.offerings),
+                dtype=bool,
+                count=len(self.types),
+            )
+            self._offer_masks[key] = mask
+        return mask
+
+    @staticmethod
+    def _allowed(o: Offering, zone: Requirement | None, ct: Requirement | None) -> bool:
+        return (zone is None or zone.has(o.zone)) and (ct is None or ct.has(o.capacity_type))
+
+    def fits(self, mask: np.ndarray, requests: np.ndarray) -> np.ndarray:
+        """``mask`` narrowed to the types whose usable resources hold ``requests``."""
+        return mask & (self.usable >= requests).all(axis=1)
+
+    def max_copies(self, mask: np.ndarray, used: np.ndarray, pod: np.ndarray) -> np.ndarray:
+        """How many more pods of ``pod`` each masked type holds on top of ``used``."""
+        free = self.usable - used
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per = np.where(pod > 0, free // np.where(pod > 0, pod, 1), np.iinfo(np.int64).max)
+        counts = per.min(axis=1)
+        counts[~mask] = 0
+        return np.maximum(counts, 0)
+
+    def label_values(self, key: str) -> np.ndarray:
+        values = self._type_label_cache.get(key)
+        if values is None:
+            values = np.array([t.labels.get(key) for t in self.types], dtype=object)
+            self._type_label_cache[key] = values
+        return values
+
+    def min_values_ok(self, requirements: Requirements, mask: np.ndarray) -> bool:
+        for key, requirement in requirements.items():
+            if requirement.min_values and len(set(self.label_values(key)[mask])) < requirement.min_values:
+                return False
+        return True
+
+    # ---------------------------------------------------------------- choosing
+
+    def options(
+        self, mask: np.ndarray, requirements: Requirements, limit: int | None = None
+    ) -> list[InstanceTypeOption]:
+        """Each masked type at its cheapest offering the requirements allow, cheapest first
+        (ties by name); the first ``limit`` of them when given."""
+        zone, ct = requirements.get(ZONE), requirements.get(CAPACITY_TYPE)
+        prices = np.where(mask, self.prices(requirements), INF)
+        order = np.lexsort((self.names, prices))
+        count = int((prices < INF).sum())
+        out = []
+        for i in order[: count if limit is None else min(limit, count)]:
+            o = next(o for o in self.offerings[i] if self._allowed(o, zone, ct))
+            out.append(InstanceTypeOption(self.types[i].name, o.capacity_type, o.zone, float(o.price)))
+        return out
+
+    def prices(self, requirements: Requirements) -> np.ndarray:
+        """Per type, the price of its cheapest offering the requirements allow (inf: none)."""
+        key = (requirements.get(ZONE), requirements.get(CAPACITY_TYPE))
+        if key == (None, None):
+            return self.cheapest
+        vector = self._price_vectors.get(key)
+        if vector is None:
+            zone, ct = key
+            vector = np.array(
+                [next((o.price for o in offs if self._allowed(o, zone, ct)), INF) for offs in self.offerings],
+                dtype=float,
+            )
+            self._price_vectors[key] = vector
+        return vector
+
+    def cheapest_index(self, mask: np.ndarray, requirements: Requirements) -> int | None:
+        """The masked type with the cheapest allowed offering (index), or None."""
+        prices = np.where(mask, self.prices(requirements), INF)
+        if not len(prices):
+            return None
+        index = int(prices.argmin())
+        return index if prices[index] < INF else None
+
+    def price(self, mask: np.ndarray, requirements: Requirements) -> float:
+        """The price of the cheapest masked type (inf when none)."""
+        index = self.cheapest_index(mask, requirements)
+        return INF if index is None else float(self.prices(requirements)[index])
+
+    def index_of(self, name: str) -> int:
+        return int(np.flatnonzero(self.names == name)[0])
+
+
+_EXOTIC_FAMILY = re.compile(r"^(p\d|g\d|gr\d|inf\d|trn\d|dl\d|f\d|vt\d|u-|u\d)")
+
+
+def is_exotic(it: InstanceType) -> bool:
+    """Upstream's exotic filter: metal sizes and accelerator types are only launched when
+    nothing else will do. High-memory ``u`` types are kept out the same way: a general
+    pod on a 12 TiB node is never what anyone wants."""
+    labels = it.labels
+    return (
+        "metal" in labels.get("karpenter.k8s.aws/instance-size", "")
+        or "karpenter.k8s.aws/instance-gpu-count" in labels
+        or "karpenter.k8s.aws/instance-accelerator-count" in labels
+        or bool(_EXOTIC_FAMILY.match(labels.get("karpenter.k8s.aws/instance-family", it.name)))
+    )

@@ -1,0 +1,809 @@
+"""THE solver: ``solve(snapshot) -> Plan``.
+
+Upstream's algorithm, made fast and then cheaper:
+
+* Pods are queued CPU-descending, then memory (first-fit decreasing), and placed on
+  existing nodes first, then on NodeClaims already planned, then on a new NodeClaim of the
+  first NodePool (by weight) that can take them. A planned NodeClaim keeps the set of
+  instance types that can still hold its pods (a boolean mask over the pool's types that
+  only shrinks); the cheapest is chosen at the end.
+* Identical pods (replicas: same ``shape_key``) without topology or affinity are placed in
+  batches: "how many more fit" is one vector operation over the instance types.
+* ``optimize``: upstream packs each new NodeClaim as full as the largest instance type
+  allows and right-sizes at the end. That is one strategy; the other sizes each new
+  NodeClaim by the type with the lowest price per pod for what is left of the group. Both
+  run and the cheaper plan wins (fewer unschedulable pods first), so the result is never
+  worse than upstream's packing.
+* Preferences (preferred affinities, ScheduleAnyway spreads, PreferNoSchedule taints)
+  count as hard until a pod cannot be placed; then they are relaxed one at a time in
+  upstream's order.
+* Every pod that cannot be placed gets a reason naming the constraint that excluded
+  everything; a deadline stops the work, and the pods it did not reach say so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, ZONE
+from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
+from provisioning.scheduling.pods import Pod
+from provisioning.scheduling.pools import Daemon, PoolModel
+from provisioning.scheduling.quantity import format_quantity
+from provisioning.scheduling.requirements import IN, Requirement, Requirements
+from provisioning.scheduling.snapshot import Snapshot
+from provisioning.scheduling.taints import TOLERATE_PREFER_NO_SCHEDULE, Taint, untolerated
+from provisioning.scheduling.topology import (
+    AFFINITY,
+    ANTI,
+    SPREAD,
+    Constraint,
+    Topology,
+    affinity_constraint,
+    spread_constraint,
+)
+from provisioning.scheduling.workloads import ExistingNode
+
+BASE_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
+LARGEST, PER_POD = "largest", "per-pod"
+# A claim may grow while its price rises by at most this much more than the pod alone costs.
+WORTH_IT_SLACK = 1.05
+# Claims that would have to grow to a bigger type are tried only this many at a time.
+UPSIZE_CANDIDATES = 4
+
+
+# ------------------------------------------------------------------ pod variants (relaxation)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A pod's constraints at one step of relaxation."""
+
+    requirements: Requirements
+    constraints: tuple[Constraint, ...]
+    tolerate_prefer_no_schedule: bool = False
+    relaxed: tuple[str, ...] = ()
+
+
+def variants(pod: Pod, prefer_no_schedule_exists: bool) -> list[Variant]:
+    """The pod as first tried, then each relaxation in upstream's order (§1.12)."""
+    base = Requirements.from_labels(dict(pod.node_selector))
+    terms = [Requirements.from_node_selector_term(t) for t in pod.required_node_affinity] or [Requirements()]
+    preferred_nodes = sorted(pod.preferred_node_affinity, key=lambda p: -p.weight)
+    preferred_aff = sorted(pod.pod_affinity.preferred, key=lambda p: -p.weight)
+    preferred_anti = sorted(pod.pod_anti_affinity.preferred, key=lambda p: -p.weight)
+    hard = [spread_constraint(pod, c) for c in pod.topology_spread if c.hard]
+    hard += [affinity_constraint(AFFINITY, t) for t in pod.pod_affinity.required]
+    hard += [affinity_constraint(ANTI, t) for t in pod.pod_anti_affinity.required]
+    soft_spread = [spread_constraint(pod, c) for c in pod.topology_spread if not c.hard]
+    state = {
+        "terms": terms,
+        "aff": preferred_aff,
+        "anti": preferred_anti,
+        "nodes": preferred_nodes,
+        "spread": soft_spread,
+        "tolerate": False,
+    }
+    relaxed: list[str] = []
+
+    def build() -> Variant:
+        requirements = base.merge(state["terms"][0])
+        if state["nodes"]:
+            requirements = requirements.merge(Requirements.from_node_selector_term(state["nodes"][0].term))
+        constraints = list(hard) + list(state["spread"])
+        if state["aff"]:
+            constraints.append(affinity_constraint(AFFINITY, state["aff"][0].term))
+        if state["anti"]:
+            constraints.append(affinity_constraint(ANTI, state["anti"][0].term))
+        return Variant(requirements, tuple(constraints), state["tolerate"], tuple(relaxed))
+
+    out = [build()]
+    while True:
+        if len(state["terms"]) > 1:
+            state["terms"] = state["terms"][1:]
+            relaxed.append("a required node affinity term")
+        elif state["aff"]:
+            state["aff"] = state["aff"][1:]
+            relaxed.append("a preferred pod affinity term")
+        elif state["anti"]:
+            state["anti"] = state["anti"][1:]
+            relaxed.append("a preferred pod anti-affinity term")
+        elif state["nodes"]:
+            state["nodes"] = state["nodes"][1:]
+            relaxed.append("a preferred node affinity term")
+        elif state["spread"]:
+            state["spread"] = state["spread"][1:]
+            relaxed.append("a ScheduleAnyway topology spread")
+        elif prefer_no_schedule_exists and not state["tolerate"]:
+            state["tolerate"] = True
+            relaxed.append("PreferNoSchedule taints")
+        else:
+            return out
+        out.append(build())
+
+
+# ------------------------------------------------------------------ bins: existing nodes and planned claims
+
+
+@dataclass(eq=False)
+class Bin:
+    name: str
+    requirements: Requirements
+    used: np.ndarray
+    taints: tuple[Taint, ...]
+    pool: PoolModel | None = None  # planned claims
+    mask: np.ndarray | None = None  # planned claims: the instance types still possible
+    free: np.ndarray | None = None  # existing nodes: allocatable minus what is bound there
+    labels: dict[str, str] = field(default_factory=dict)  # existing nodes
+    pods: list[Pod] = field(default_factory=list)
+    committed: np.ndarray | None = None  # planned claims: capacity counted against limits
+    cap: np.ndarray | None = None  # planned claims: the most any remaining type holds, per resource
+    origin: str = ""  # the pod that opened a claim, for explanations
+
+    @property
+    def existing(self) -> bool:
+        return self.pool is None
+
+    def domain(self, key: str) -> str | None:
+        if key == HOSTNAME:
+            return self.labels.get(HOSTNAME, self.name) if self.existing else self.name
+        if self.existing:
+            return self.labels.get(key)
+        requirement = self.requirements.get(key)
+        if requirement is not None and not requirement.complement and len(requirement.values) == 1:
+            return next(iter(requirement.values))
+        return None
+
+
+class Unplaceable(Exception):
+    pass
+
+
+# ------------------------------------------------------------------ the solver
+
+
+class _Run:
+    """One packing of the snapshot with one sizing strategy."""
+
+    def __init__(self, snapshot: Snapshot, strategy: str, deadline: float, clock: Callable[[], float]) -> None:
+        self.snapshot = snapshot
+        self.strategy = strategy
+        self.deadline = deadline
+        self.clock = clock
+        extended = sorted({r for p in snapshot.pods for r in p.requests} - set(BASE_RESOURCES))
+        self.resources = BASE_RESOURCES + tuple(extended)
+        daemons = [_daemon(d) for d in snapshot.daemonsets]
+        self.pools = sorted(
+            (PoolModel(p, self.resources, daemons) for p in snapshot.nodepools), key=lambda m: (-m.pool.weight, m.name)
+        )
+        self.prefer_no_schedule = any(t.effect == "PreferNoSchedule" for m in self.pools for t in m.taints)
+        self.bins: list[Bin] = [self._existing(n) for n in snapshot.nodes]
+        self.claims: list[Bin] = []
+        self.counter = 0
+        self.topology = Topology(self._universe())
+        for node in snapshot.nodes:
+            for pod in node.pods:
+                self._record(pod, self.bins[[b.name for b in self.bins].index(node.name)], variants(pod, False)[0])
+        self.remaining = {m.name: self._limits(m) for m in self.pools}
+        self.placed: dict[str, Bin] = {}
+        self.unschedulable: dict[str, str] = {}
+        self.unreached: list[str] = []
+        self._variants: dict[object, list[Variant]] = {}
+        self._vector: dict[object, np.ndarray] = {}
+        self._dead: dict[tuple, np.ndarray] = {}  # (shape, variant) → claims that refused it for good
+        self._room = np.zeros((64, len(self.resources)), dtype=np.int64)  # per claim: cap − used
+        self._room_now = np.zeros((64, len(self.resources)), dtype=np.int64)  # its cheapest type − used
+        self._claim_index: dict[int, int] = {}
+        self._alone_cost: dict[tuple, float] = {}
+
+    # ---------------------------------------------------------------- set-up
+
+    def _existing(self, node: ExistingNode) -> Bin:
+        free = np.array([node.allocatable.get(r, 0) for r in self.resources], dtype=np.int64)
+        used = np.array([node.requested().get(r, 0) for r in self.resources], dtype=np.int64)
+        taints = tuple(Taint(t.key, t.value, t.effect) for t in node.taints)
+        if node.unschedulable:
+            taints += (Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"),)
+        labels = dict(node.labels)
+        return Bin(
+            node.name, Requirements.from_labels(labels), used, taints, free=free, labels=labels, pods=list(node.pods)
+        )
+
+    def _universe(self) -> dict[str, set[str]]:
+        universe: dict[str, set[str]] = {ZONE: set(), CAPACITY_TYPE: set()}
+        for model in self.pools:
+            universe[ZONE] |= model.all_zones
+            universe[CAPACITY_TYPE] |= {o.capacity_type for offs in model.offerings for o in offs}
+            for key, requirement in model.requirements.items():
+                if not requirement.complement:
+                    universe.setdefault(key, set()).update(requirement.values)
+        for b in self.bins:
+            for key, value in b.labels.items():
+                universe.setdefault(key, set()).add(value)
+        return universe
+
+    def _limits(self, model: PoolModel) -> dict[str, int]:
+        return {k: v - model.pool.in_use.get(k, 0) for k, v in model.pool.limits.items()}
+
+    def _vec(self, pod: Pod) -> np.ndarray:
+        vector = self._vector.get(pod.shape_key)
+        if vector is None:
+            vector = np.array([pod.requests.get(r, 0) for r in self.resources], dtype=np.int64)
+            self._vector[pod.shape_key] = vector
+        return vector
+
+    def _variants_of(self, pod: Pod) -> list[Variant]:
+        found = self._variants.get(pod.shape_key)
+        if found is None:
+            found = self._variants[pod.shape_key] = variants(pod, self.prefer_no_schedule)
+        return found
+
+    # ---------------------------------------------------------------- the queue
+
+    def run(self) -> None:
+        groups: dict[object, list[Pod]] = {}
+        for pod in self.snapshot.pods:
+            groups.setdefault(pod.shape_key, []).append(pod)
+        order = sorted(groups.values(), key=_queue_order)
+        retry: list[Pod] = []
+        for group in order:
+            if self.clock() > self.deadline:
+                self.unreached += [p.key for p in group]
+                continue
+            if _plain(group[0]) and len(self._variants_of(group[0])) == 1:
+                retry += self._place_batch(group)
+            else:
+                for pod in group:
+                    if self.clock() > self.deadline:
+                        self.unreached.append(pod.key)
+                    elif not self._place_one(pod):
+                        retry.append(pod)
+        # Upstream re-queues failures while there is progress: affinity to pods placed later.
+        while retry and self.clock() <= self.deadline:
+            still = [pod for pod in retry if not self._place_one(pod)]
+            if len(still) == len(retry):
+                break
+            retry = still
+        for pod in retry:
+            if pod.key not in self.placed:
+                self.unschedulable[pod.key] = self.explain(pod)
+        for key in self.unreached:
+            self.unschedulable[key] = (
+                f"not reached before the {self.snapshot.deadline_seconds:g} s deadline; it stays pending "
+                "for the next run"
+            )
+
+    # ---------------------------------------------------------------- one pod
+
+    def _place_one(self, pod: Pod) -> bool:
+        vector = self._vec(pod)
+        for number, variant in enumerate(self._variants_of(pod)):
+            for b in self.bins:
+                if self._fits_existing(pod, variant, b, vector, 1):
+                    self._commit(pod, b, variant, vector)
+                    return True
+            key = (pod.shape_key, number)
+            for index in self._live_claims(key, vector):
+                b = self.claims[index]
+                tightened, permanent = self._claim_accepts(pod, variant, b, vector, 1)
+                if tightened is not None:
+                    self._grow(b, tightened, pod, variant, vector, 1)
+                    return True
+                if permanent:
+                    self._refused(key, index)
+            for model in self.pools:
+                opened = self._open(pod, variant, model, vector, 1)
+                if opened is not None:
+                    return True
+        return False
+
+    def _fits_existing(self, pod: Pod, variant: Variant, b: Bin, vector: np.ndarray, count: int) -> bool:
+        if untolerated(self._tolerations(pod, variant), b.taints) is not None:
+            return False
+        if not variant.requirements.matches(b.labels):
+            return False
+        if ((b.used + vector * count) > b.free).any():
+            return False
+        return all(self._domain_ok(pod, c, b.domain(c.key), variant) for c in variant.constraints) and (
+            self._inverse_ok(pod, b)
+        )
+
+    def _tolerations(self, pod: Pod, variant: Variant) -> tuple:
+        if variant.tolerate_prefer_no_schedule:
+            return tuple(pod.tolerations) + (TOLERATE_PREFER_NO_SCHEDULE,)
+        return tuple(pod.tolerations)
+
+    def _domain_ok(self, pod: Pod, constraint: Constraint, value: str | None, variant: Variant) -> bool:
+        if value is None:
+            return False
+        eligible = self._eligible(constraint.key, variant)
+        return value in self.topology.valid_domains(pod, constraint, frozenset({value}) | eligible, eligible)
+
+    def _eligible(self, key: str, variant: Variant) -> frozenset[str]:
+        requirement = variant.requirements.get(key)
+        domains = self.topology.domains(key)
+        return frozenset(d for d in domains if requirement is None or requirement.has(d))
+
+    def _inverse_ok(self, pod: Pod, b: Bin) -> bool:
+        for key in (HOSTNAME, ZONE):
+            value = b.domain(key)
+            if value is not None and not self.topology.blocked_by_others(pod, key, frozenset({value})):
+                return False
+        return True
+
+    # ---------------------------------------------------------------- planned claims
+
+    def _claim_accepts(
+        self, pod: Pod, variant: Variant, b: Bin, vector: np.ndarray, count: int
+    ) -> tuple[Requirements | None, bool]:
+        """The claim's tightened requirements if ``count`` pods join it (else None), and
+        whether a refusal is for good: claims only fill up and tighten, so a refusal for
+        resources, requirements, taints, cost or anti-affinity stands for this shape; one
+        for a zone spread or an affinity may change as other pods land."""
+        model = b.pool
+        assert model is not None and b.mask is not None and b.cap is not None
+        if ((b.used + vector * count) > b.cap).any():
+            return None, True
+        if untolerated(self._tolerations(pod, variant), model.taints) is not None:
+            return None, True
+        if b.requirements.compatible(variant.requirements) is not None:
+            return None, True
+        if not self._inverse_ok(pod, b) or self._hostname_refuses(pod, variant, b):
+            return None, True
+        requirements = self._pin_domains(pod, variant, b.requirements.merge(variant.requirements), b)
+        if requirements is None:
+            return None, False
+        mask = b.mask & model.type_mask(requirements)
+        mask = model.fits(mask, b.used + vector * count) & self._limit_mask(model, b)
+        if not mask.any() or not model.min_values_ok(requirements, mask):
+            return None, len(requirements) == len(b.requirements.merge(variant.requirements))
+        if self.strategy == PER_POD and not self._worth_it(pod, variant, b, mask, requirements, count):
+            return None, True
+        return requirements, False
+
+    def _live_claims(self, key: tuple, vector: np.ndarray) -> Iterable[int]:
+        """Indices of the claims with room for ``vector`` that have not refused this
+        (shape, variant) for good: one vector operation over every claim.
+
+        Cost-aware packing looks first at the claims whose current cheapest type still
+        holds the pod (no upsizing, so no price change), then at a few that would grow."""
+        n = len(self.claims)
+        dead = self._dead.get(key)
+        if dead is None or len(dead) < n:
+            grown = np.zeros(max(n, 64) * 2, dtype=bool)
+            if dead is not None:
+                grown[: len(dead)] = dead
+            dead = self._dead[key] = grown
+        alive = ~dead[:n]
+        if self.strategy == LARGEST:
+            return np.flatnonzero(alive & (self._room[:n] >= vector).all(axis=1))
+        now = alive & (self._room_now[:n] >= vector).all(axis=1)
+        later = np.flatnonzero(alive & ~now & (self._room[:n] >= vector).all(axis=1))[-UPSIZE_CANDIDATES:]
+        return [*np.flatnonzero(now), *later]
+
+    def _refused(self, key: tuple, index: int) -> None:
+        self._dead[key][index] = True
+
+    def _update_room(self, b: Bin, index: int) -> None:
+        if index >= len(self._room):
+            size = (max(64, len(self._room) * 2), len(self.resources))
+            self._room = np.concatenate([self._room, np.zeros(size, dtype=np.int64)])[: size[0]]
+            self._room_now = np.concatenate([self._room_now, np.zeros(size, dtype=np.int64)])[: size[0]]
+        assert b.cap is not None and b.pool is not None and b.mask is not None
+        self._room[index] = b.cap - b.used
+        cheapest = b.pool.cheapest_index(b.mask, b.requirements)
+        self._room_now[index] = (b.pool.usable[cheapest] - b.used) if cheapest is not None else -1
+
+    def _worth_it(self, pod: Pod, variant: Variant, b: Bin, mask, requirements: Requirements, count: int) -> bool:
+        """Cost-aware packing: a claim takes more pods only while that raises its price by no
+        more than the pods would cost on a node sized for them (so claims never grow into
+        inefficient giants)."""
+        model = b.pool
+        assert model is not None and b.mask is not None
+        added = model.price(mask, requirements) - model.price(b.mask, b.requirements)
+        return added <= self._alone(pod, variant, model) * count * WORTH_IT_SLACK
+
+    def _alone(self, pod: Pod, variant: Variant, model: PoolModel) -> float:
+        """The lowest price per pod of this shape on nodes of this pool holding only such pods."""
+        key = (pod.shape_key, model.name, variant.requirements)
+        cost = self._alone_cost.get(key)
+        if cost is None:
+            vector = self._vec(pod)
+            mask = model.type_mask(model.requirements.merge(variant.requirements))
+            counts = model.max_copies(_prefer_ordinary(model, mask, vector, self.resources), vector * 0, vector)
+            with np.errstate(divide="ignore"):
+                per = np.where(counts > 0, model.cheapest / np.maximum(counts, 1), np.inf)
+            cost = self._alone_cost[key] = float(per.min()) if len(per) else float("inf")
+        return cost
+
+    def _hostname_refuses(self, pod: Pod, variant: Variant, b: Bin) -> bool:
+        """Hostname anti-affinity and spread only get stricter as pods land: a refusal stands."""
+        for constraint in variant.constraints:
+            if (
+                constraint.key == HOSTNAME
+                and constraint.kind in (ANTI, SPREAD)
+                and b.name not in self.topology.valid_domains(pod, constraint, frozenset({b.name}), frozenset())
+            ):
+                return True
+        return False
+
+    def _pin_domains(self, pod: Pod, variant: Variant, requirements: Requirements, b: Bin | None):
+        """Apply every topology constraint: collapse its key to the best valid domain."""
+        for constraint in variant.constraints:
+            if constraint.key == HOSTNAME:
+                name = b.name if b is not None else None
+                if name is None:  # a new claim: an empty hostname
+                    if constraint.kind == AFFINITY and not self.topology.valid_domains(
+                        pod, constraint, frozenset({"<new>"}), frozenset()
+                    ):
+                        return None
+                    if constraint.kind == SPREAD and self.topology.selects(constraint, pod) > constraint.max_skew:
+                        return None
+                    continue
+                if name not in self.topology.valid_domains(pod, constraint, frozenset({name}), frozenset()):
+                    return None
+                continue
+            current = requirements.get(constraint.key)
+            domains = self.topology.domains(constraint.key)
+            candidates = frozenset(d for d in domains if current is None or current.has(d))
+            eligible = self._eligible(constraint.key, variant)
+            valid = self.topology.valid_domains(pod, constraint, candidates, eligible)
+            valid = self.topology.blocked_by_others(pod, constraint.key, valid)
+            if not valid:
+                return None
+            counts = self.topology.group(constraint).matched
+            best = min(valid, key=lambda d: (counts.get(d, 0), d))
+            requirements = requirements.add(Requirement.of(constraint.key, IN, [best]))
+        return requirements
+
+    def _grow(self, b: Bin, requirements: Requirements, pod: Pod, variant: Variant, vector, count: int) -> None:
+        model = b.pool
+        assert model is not None and b.mask is not None
+        b.requirements = requirements
+        b.used = b.used + vector * count
+        self._set_mask(b, model.fits(b.mask & model.type_mask(requirements), b.used) & self._limit_mask(model, b))
+        self._commit_capacity(model, b)
+        self._commit(pod, b, variant, vector, add_usage=False)
+
+    def _set_mask(self, b: Bin, mask: np.ndarray) -> None:
+        """Every change of a claim's types or usage goes through here (its room follows)."""
+        model = b.pool
+        assert model is not None
+        b.mask = mask
+        b.cap = model.usable[mask].max(axis=0) if mask.any() else np.zeros(len(self.resources), dtype=np.int64)
+        index = self._claim_index.get(id(b))
+        if index is not None:
+            self._update_room(b, index)
+
+    def _open(self, pod: Pod, variant: Variant, model: PoolModel, vector: np.ndarray, count: int) -> Bin | None:
+        if not len(model) or untolerated(self._tolerations(pod, variant), model.taints) is not None:
+            return None
+        if model.requirements.compatible(variant.requirements) is not None:
+            return None
+        if "nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0:
+            return None
+        requirements = self._pin_domains(pod, variant, model.requirements.merge(variant.requirements), None)
+        if requirements is None:
+            return None
+        mask = model.fits(model.type_mask(requirements), vector * count) & self._limit_mask(model, None)
+        mask = _prefer_ordinary(model, mask, vector, self.resources)
+        if not mask.any() or not model.min_values_ok(requirements, mask):
+            return None
+        self.counter += 1
+        b = Bin(
+            f"{model.name}-{self.counter}",
+            requirements,
+            np.zeros(len(self.resources), dtype=np.int64),
+            model.taints,
+            pool=model,
+            origin=pod.key,
+        )
+        self._set_mask(b, mask)
+        self._claim_index[id(b)] = len(self.claims)
+        self.claims.append(b)
+        self._update_room(b, len(self.claims) - 1)
+        if "nodes" in self.remaining[model.name]:
+            self.remaining[model.name]["nodes"] -= 1
+        self._grow(b, requirements, pod, variant, vector, count)
+        return b
+
+    # ---------------------------------------------------------------- limits
+
+    def _limit_mask(self, model: PoolModel, b: Bin | None) -> np.ndarray:
+        limits = self.remaining[model.name]
+        mask = np.ones(len(model), dtype=bool)
+        for name, left in limits.items():
+            if name not in self.resources:
+                continue
+            j = self.resources.index(name)
+            others = sum(
+                int(c.committed[j]) for c in self.claims if c.pool is model and c is not b and c.committed is not None
+            )
+            mask &= model.capacity[:, j] <= left - others
+        return mask
+
+    def _commit_capacity(self, model: PoolModel, b: Bin) -> None:
+        if not self.remaining[model.name]:
+            return
+        index = model.cheapest_index(b.mask, b.requirements)
+        b.committed = model.capacity[index] if index is not None else None
+
+    # ---------------------------------------------------------------- batches of identical pods
+
+    def _place_batch(self, group: list[Pod]) -> list[Pod]:
+        """Place replicas without topology constraints a node at a time; returns leftovers."""
+        pod, vector = group[0], self._vec(group[0])
+        variant = self._variants_of(pod)[0]
+        queue = list(group)
+        for b in self.bins:
+            while queue and self._fits_existing(queue[0], variant, b, vector, 1):
+                free = b.free - b.used
+                room = int(np.min(np.where(vector > 0, free // np.where(vector > 0, vector, 1), len(queue))))
+                for p in queue[: max(1, room)]:
+                    self._commit(p, b, variant, vector)
+                queue = queue[max(1, room) :]
+        key = (pod.shape_key, 0)
+        for index in self._live_claims(key, vector):
+            if not queue:
+                break
+            b = self.claims[index]
+            requirements, permanent = self._claim_accepts(pod, variant, b, vector, 1)
+            if requirements is None:
+                if permanent:
+                    self._refused(key, index)
+                continue
+            model = b.pool
+            assert model is not None
+            mask = b.mask & model.type_mask(requirements) & self._limit_mask(model, b)
+            room = int(model.max_copies(mask, b.used, vector).max())
+            take = max(1, min(room, len(queue)))
+            for p in queue[:take]:
+                self._grow(b, requirements, p, variant, vector, 1) if p is queue[0] else self._commit(
+                    p, b, variant, vector, add_usage=False
+                )
+            if take > 1:
+                b.used = b.used + vector * (take - 1)
+                self._set_mask(b, model.fits(b.mask, b.used))
+                self._commit_capacity(model, b)
+            queue = queue[take:]
+        while queue and self.clock() <= self.deadline:
+            opened = None
+            for model in self.pools:
+                size = self._new_claim_size(pod, variant, model, vector, len(queue))
+                if size:
+                    opened = self._open(queue[0], variant, model, vector, size)
+                    if opened is not None:
+                        for p in queue[1:size]:
+                            self._commit(p, opened, variant, vector, add_usage=False)
+                        queue = queue[size:]
+                        break
+            if opened is None:
+                break
+        if queue and self.clock() > self.deadline:
+            self.unreached += [p.key for p in queue]
+            return []
+        return queue
+
+    def _new_claim_size(self, pod: Pod, variant: Variant, model: PoolModel, vector: np.ndarray, left: int) -> int:
+        """How many of the ``left`` pods a new claim of this pool should take."""
+        if not len(model) or model.requirements.compatible(variant.requirements) is not None:
+            return 0
+        requirements = model.requirements.merge(variant.requirements)
+        mask = _prefer_ordinary(
+            model, model.type_mask(requirements) & self._limit_mask(model, None), vector, self.resources
+        )
+        counts = np.minimum(model.max_copies(mask, np.zeros_like(vector), vector), left)
+        if not counts.any():
+            return 0
+        if self.strategy == LARGEST:
+            return int(counts.max())
+        with np.errstate(divide="ignore"):
+            per_pod = np.where(counts > 0, model.cheapest / np.maximum(counts, 1), np.inf)
+        best = float(per_pod.min())
+        # Among types within 0.1 % of the best price per pod, take the most pods per node.
+        return int(counts[per_pod <= best * 1.001].max())
+
+    # ---------------------------------------------------------------- recording
+
+    def _commit(self, pod: Pod, b: Bin, variant: Variant, vector: np.ndarray, add_usage: bool = True) -> None:
+        if add_usage and b.existing:
+            b.used = b.used + vector
+        b.pods.append(pod)
+        self.placed[pod.key] = b
+        self._record(pod, b, variant)
+
+    def _record(self, pod: Pod, b: Bin, variant: Variant) -> None:
+        if not self.topology.groups and not variant.constraints:
+            return
+        for constraint in variant.constraints:
+            self.topology.group(constraint)
+        keys = {c.key for c in self.topology.groups}
+        self.topology.record(pod, variant.constraints, {k: v for k in keys if (v := b.domain(k)) is not None})
+
+    # ---------------------------------------------------------------- explanations
+
+    def explain(self, pod: Pod) -> str:
+        """Why no NodePool could take the pod, naming the constraint, per NodePool."""
+        variant = self._variants_of(pod)[-1]
+        vector = self._vec(pod)
+        if not self.pools:
+            return "no NodePool is ready to launch nodes"
+        reasons = [f"NodePool {m.name}: {self._why_not(pod, variant, m, vector)}" for m in self.pools]
+        return "; ".join(reasons)
+
+    def _why_not(self, pod: Pod, variant: Variant, model: PoolModel, vector: np.ndarray) -> str:
+        taint = untolerated(self._tolerations(pod, variant), model.taints)
+        if taint is not None:
+            return f"the pod does not tolerate taint {taint}"
+        problem = model.requirements.compatible(variant.requirements)
+        if problem is not None:
+            return problem.message
+        if not len(model):
+            return "its EC2NodeClass offers no available instance type the NodePool allows"
+        requirements = model.requirements.merge(variant.requirements)
+        candidates = [t.labels for t in model.pool.instance_types]
+        mismatch = requirements.only(model.label_keys).match_any(candidates)
+        if mismatch is not None:
+            return mismatch.message
+        mask = model.type_mask(requirements)
+        if not mask.any():
+            return f"no available offering matches {_offering_terms(requirements)}"
+        fits = model.fits(mask, vector)
+        if not fits.any():
+            return self._short_of(model, mask, vector)
+        if not (fits & self._limit_mask(model, None)).any():
+            return f"its limits ({_limits(model)}) leave no room for another node that fits"
+        if "nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0:
+            return f"its node limit ({model.pool.limits['nodes']}) is reached"
+        if not model.min_values_ok(requirements, fits):
+            return "the instance types that fit do not meet the minValues of its requirements"
+        for constraint in variant.constraints:
+            if self._pin_domains(pod, Variant(variant.requirements, (constraint,)), requirements, None) is None:
+                return f"no domain satisfies its {constraint.describe()}"
+        return "it could not be placed with the other pending pods"
+
+    def _short_of(self, model: PoolModel, mask: np.ndarray, vector: np.ndarray) -> str:
+        usable = model.usable[mask]
+        for j, name in enumerate(self.resources):
+            if vector[j] and usable[:, j].max() < vector[j]:
+                best = int(usable[:, j].max())
+                return (
+                    f"no instance type has enough {name}: the pod needs {format_quantity(name, int(vector[j]))}, "
+                    f"the largest allowed offers {format_quantity(name, best)} after kubelet and DaemonSet overhead"
+                )
+        return "no instance type has enough of every resource the pod requests at once"
+
+    # ---------------------------------------------------------------- the plan
+
+    def plan(self, solve_seconds: float) -> Plan:
+        claims = tuple(self._finish(b) for b in self.claims if b.pods)
+        existing = {b.name: tuple(p.key for p in b.pods[self._bound(b) :]) for b in self.bins}
+        return Plan(
+            claims=claims,
+            existing={k: v for k, v in existing.items() if v},
+            unschedulable=dict(self.unschedulable),
+            solve_seconds=solve_seconds,
+            unreached=tuple(self.unreached),
+            stats={"pods": len(self.snapshot.pods), "strategy": self.strategy},
+        )
+
+    def _bound(self, b: Bin) -> int:
+        node = next((n for n in self.snapshot.nodes if n.name == b.name), None)
+        return len(node.pods) if node is not None else 0
+
+    def _finish(self, b: Bin) -> ClaimPlan:
+        model = b.pool
+        assert model is not None and b.mask is not None
+        limit = self.snapshot.max_instance_types
+        if any(r.min_values for r in b.requirements.values()):
+            # Keep as many beyond the cap as minValues needs, cheapest first.
+            options = model.options(b.mask, b.requirements)
+            labels = [model.types[model.index_of(o.instance_type)].labels for o in options]
+            options = options[: max(limit, b.requirements.min_values_prefix(labels) or 0)]
+        else:
+            options = model.options(b.mask, b.requirements, limit)
+        chosen = options[0]
+        index = model.index_of(chosen.instance_type)
+        requests = {r: int(v) for r, v in zip(self.resources, b.used + model.overhead[index], strict=True) if v}
+        pods = tuple(p.key for p in b.pods)
+        requirements = b.requirements.add(
+            Requirement.of("node.kubernetes.io/instance-type", IN, [o.instance_type for o in options])
+        )
+        return ClaimPlan(
+            name=b.name,
+            nodepool=model.name,
+            requirements=requirements,
+            options=tuple(options),
+            pods=pods,
+            requests=requests,
+            why=_why_chosen(chosen, options, len(pods), requests),
+            alternatives=tuple(options[1:6]),
+        )
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def solve(snapshot: Snapshot, clock: Callable[[], float] = time.perf_counter) -> Plan:
+    """Plan NodeClaims for the snapshot's pending pods (see the module docstring)."""
+    start = clock()
+    deadline = start + snapshot.deadline_seconds
+    strategies = (LARGEST, PER_POD) if snapshot.optimize else (LARGEST,)
+    best: Plan | None = None
+    for strategy in strategies:
+        run = _Run(snapshot, strategy, deadline, clock)
+        run.run()
+        plan = run.plan(clock() - start)
+        if best is None or _better(plan, best):
+            best = plan
+        if clock() > deadline:
+            break
+    assert best is not None
+    return Plan(best.claims, best.existing, best.unschedulable, clock() - start, best.unreached, best.stats)
+
+
+def _better(plan: Plan, than: Plan) -> bool:
+    return (len(plan.unschedulable), round(plan.total_price, 6)) < (len(than.unschedulable), round(than.total_price, 6))
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _queue_order(group: Sequence[Pod]) -> tuple:
+    pod = group[0]
+    return (-pod.requests.get("cpu", 0), -pod.requests.get("memory", 0), pod.creation_timestamp or "", pod.key)
+
+
+def _plain(pod: Pod) -> bool:
+    return not (
+        pod.topology_spread
+        or pod.pod_affinity.required
+        or pod.pod_affinity.preferred
+        or pod.pod_anti_affinity.required
+        or pod.pod_anti_affinity.preferred
+        or pod.host_ports
+    )
+
+
+def _prefer_ordinary(model: PoolModel, mask: np.ndarray, vector: np.ndarray, resources: Sequence[str]) -> np.ndarray:
+    """Drop exotic types (metal, accelerators) unless the pod asks for an extended resource
+    or nothing else fits, as upstream's exotic filter."""
+    if any(vector[j] for j, r in enumerate(resources) if r not in BASE_RESOURCES):
+        return mask
+    ordinary = mask & ~model.exotic
+    return ordinary if ordinary.any() else mask
+
+
+def _daemon(overhead) -> Daemon:
+    pod = overhead.pod
+    base = Requirements.from_labels(dict(pod.node_selector))
+    terms = [base.merge(Requirements.from_node_selector_term(t)) for t in pod.required_node_affinity] or [base]
+    requests = {k: v for k, v in pod.requests.items() if k != "pods"}
+    requests["pods"] = 1
+    return Daemon(overhead.key, requests, tuple(terms), tuple(pod.tolerations))
+
+
+def _offering_terms(requirements: Requirements) -> str:
+    parts = [str(requirements[k]) for k in (ZONE, CAPACITY_TYPE) if k in requirements]
+    return " and ".join(parts) or "the NodePool's requirements"
+
+
+def _limits(model: PoolModel) -> str:
+    return ", ".join(f"{k} {format_quantity(k, v)}" for k, v in model.pool.limits.items())
+
+
+def _why_chosen(chosen: InstanceTypeOption, options: Sequence[InstanceTypeOption], pods: int, requests) -> str:
+    asks = ", ".join(f"{format_quantity(k, v)} {k}" for k, v in requests.items() if k in ("cpu", "memory"))
+    text = (
+        f"{chosen.instance_type} ({chosen.capacity_type}, {chosen.zone}) at ${chosen.price:.4f}/h is the cheapest of "
+        f"{len(options)} instance types that hold its {pods} pod{'s' if pods != 1 else ''} "
+        f"({asks}, DaemonSets included)"
+    )
+    if len(options) > 1:
+        runner = options[1]
+        text += f"; next: {runner.instance_type} {runner.capacity_type} ${runner.price:.4f}/h"
+    return text
