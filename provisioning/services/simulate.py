@@ -1,0 +1,383 @@
+"""What-if planning: Kubernetes documents in, the NodeClaims karpweb would launch out.
+
+``manage.py simulate`` is to node provisioning what ``terraform plan`` is to infrastructure.
+It reads NodePool and EC2NodeClass documents with the workloads of an application (Pod,
+Deployment, ReplicaSet, StatefulSet, Job, DaemonSet) and the nodes that already run (Node),
+turns them into the solver's :class:`Snapshot`, solves, and shows the :class:`Plan`.
+
+* NodePools and EC2NodeClasses are checked by THE validator (``provisioning.crd.validate``);
+  any error makes the input invalid (:class:`SimulateError`, naming the document and field).
+  Warnings become notes.
+* A NodePool's requirements are its template requirements, merged with its template labels
+  and ``karpenter.sh/nodepool In [<name>]``; its instance types are the catalog's types the
+  referenced EC2NodeClass can launch (a NodePool whose EC2NodeClass is not in the input gets
+  the AL2023 defaults, with a note).
+* The catalog is the bundled snapshot of the region (no network, no Redis). An EC2NodeClass
+  is assumed to have a subnet in every zone of the region; ``zones`` narrows that.
+* Other kinds (Service, ConfigMap, Namespace, ...) are skipped with a note, so an
+  application's manifests can be fed as they are.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from provisioning import crd
+from provisioning.cloud.base import ResolvedNodeClass, Subnet
+from provisioning.cloud.catalog import Catalog
+from provisioning.crd.labels import NODEPOOL
+from provisioning.scheduling.plan import ClaimPlan, Plan
+from provisioning.scheduling.pods import PodError
+from provisioning.scheduling.quantity import QuantityError, to_int
+from provisioning.scheduling.requirements import Requirement, Requirements
+from provisioning.scheduling.snapshot import NodePoolInput, Snapshot
+from provisioning.scheduling.taints import taints_from_list
+from provisioning.scheduling.workloads import ExistingNode, describe, expand_all
+
+__all__ = [
+    "HOURS_PER_MONTH",
+    "SimulateError",
+    "build_snapshot",
+    "default_solver",
+    "plan_documents",
+    "plan_to_json",
+    "plan_to_table",
+    "resolve_zones",
+]
+
+HOURS_PER_MONTH = 730
+DEFAULT_REGION = "us-east-1"
+# What a NodePool gets when its EC2NodeClass is not among the documents.
+DEFAULT_NODECLASS_SPEC: Mapping[str, Any] = {"amiSelectorTerms": [{"alias": "al2023@latest"}]}
+
+Solver = Callable[[Snapshot], Plan]
+
+
+class SimulateError(ValueError):
+    """Invalid input: each problem names the document and the field
+    (``NodePool general: spec.template.spec.requirements[0].operator: ...``)."""
+
+    def __init__(self, problems: str | Sequence[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+# ------------------------------------------------------------------ documents → snapshot
+
+
+def build_snapshot(
+    documents: Iterable[Any],
+    *,
+    region: str = DEFAULT_REGION,
+    catalog: Catalog | None = None,
+    zones: Sequence[str] | None = None,
+) -> tuple[Snapshot, list[str]]:
+    """The solver's input for ``documents`` (parsed YAML/JSON), and notes for people.
+
+    ``catalog`` defaults to the bundled snapshot of ``region``; ``zones`` (``us-east-1a`` or
+    just ``a``) limits the offerings to those zones, as subnets in only those zones would.
+    Raises :class:`SimulateError` on invalid input.
+    """
+    if catalog is None:
+        from provisioning.services.catalog import bundled_catalog
+
+        catalog = bundled_catalog(region)
+    notes: list[str] = []
+    if catalog.fallback_reason:
+        notes.append(f"catalog: {catalog.fallback_reason}")
+    resolved_zones = resolve_zones(zones, catalog) if zones else None
+
+    try:
+        workloads = expand_all(documents)
+    except PodError as exc:
+        raise SimulateError(str(exc)) from None
+    for skipped in workloads.skipped:
+        what = f"{skipped.kind} {skipped.name}" if skipped.name else skipped.kind
+        notes.append(f"skipped {what}: {skipped.note.removesuffix('; skipped')}")
+
+    nodeclasses, nodepools = _validate_policies(workloads.policies, catalog, notes)
+    inputs = []
+    for name, spec in nodepools:
+        nodepool = _nodepool_input(name, spec, nodeclasses, catalog, resolved_zones, workloads.nodes, notes)
+        if nodepool is not None:
+            inputs.append(nodepool)
+    if not nodepools:
+        notes.append("no NodePool in the input: no NodeClaim can be planned")
+
+    listed = {node.name for node in workloads.nodes}
+    for pod in workloads.pods:
+        if pod.node_name and pod.node_name not in listed:
+            notes.append(f"pod {pod.key} is bound to node {pod.node_name}, which is not in the input; ignored")
+    snapshot = Snapshot(
+        pods=workloads.pending,
+        nodepools=tuple(inputs),
+        nodes=workloads.nodes,
+        daemonsets=workloads.daemonsets,
+    )
+    return snapshot, notes
+
+
+def resolve_zones(zones: Sequence[str], catalog: Catalog) -> tuple[str, ...]:
+    """Zone names from ``us-east-1a`` or ``a``; unknown zones are invalid input."""
+    known = catalog.zones
+    out: list[str] = []
+    for raw in zones:
+        zone = raw.strip()
+        if not zone:
+            continue
+        if zone not in known and f"{catalog.region}{zone}" in known:
+            zone = f"{catalog.region}{zone}"
+        if zone not in known:
+            raise SimulateError(f"--zones: {raw!r} is not a zone of {catalog.region} ({', '.join(known)})")
+        if zone not in out:
+            out.append(zone)
+    if not out:
+        raise SimulateError(f"--zones: no zone given (zones of {catalog.region}: {', '.join(known)})")
+    return tuple(out)
+
+
+def _validate_policies(
+    policies: Sequence[dict], catalog: Catalog, notes: list[str]
+) -> tuple[dict[str, dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    """EC2NodeClass specs by name and NodePool specs in document order, defaulted;
+    every error of every document at once."""
+    problems: list[str] = []
+    nodeclasses: dict[str, dict[str, Any]] = {}
+    nodepools: list[tuple[str, dict[str, Any]]] = []
+    seen: set[tuple[str, str]] = set()
+    labels = None
+    for document in policies:
+        kind = document.get("kind")
+        if kind == crd.NODEPOOL.kind and labels is None:
+            labels = catalog.label_values()
+        result = crd.validate(document, catalog_labels=labels if kind == crd.NODEPOOL.kind else None)
+        where = describe(document)
+        if not result.ok:
+            problems.extend(f"{where}: {error}" for error in result.errors)
+            continue
+        notes.extend(f"warning: {where}: {warning}" for warning in result.warnings)
+        name = result.name
+        if (kind, name) in seen:
+            problems.append(f"{where}: metadata.name: {kind} {name} is defined more than once")
+            continue
+        seen.add((kind, name))
+        spec = crd.default(document).get("spec") or {}
+        if kind == crd.NODEPOOL.kind:
+            nodepools.append((name, spec))
+        else:
+            nodeclasses[name] = spec
+    if problems:
+        raise SimulateError(problems)
+    return nodeclasses, nodepools
+
+
+def _nodepool_input(
+    name: str,
+    spec: dict[str, Any],
+    nodeclasses: Mapping[str, dict[str, Any]],
+    catalog: Catalog,
+    zones: tuple[str, ...] | None,
+    nodes: Sequence[ExistingNode],
+    notes: list[str],
+) -> NodePoolInput | None:
+    where = f"NodePool {name}"
+    if spec.get("replicas") is not None:
+        notes.append(f"{where}: a static NodePool (spec.replicas) launches no NodeClaims for pods; left out")
+        return None
+    template = spec.get("template") or {}
+    tspec = template.get("spec") or {}
+    labels = {key: str(value) for key, value in ((template.get("metadata") or {}).get("labels") or {}).items()}
+    try:
+        requirements = (
+            Requirements.from_list(tspec.get("requirements"))
+            .merge(Requirements.from_labels(labels))
+            .add(Requirement.of(NODEPOOL, "In", (name,)))
+        )
+    except ValueError as exc:  # the validator lets nothing through that fails here
+        raise SimulateError(f"{where}: spec.template.spec.requirements: {exc}") from None
+    limits: dict[str, int] = {}
+    for resource, value in (spec.get("limits") or {}).items():
+        try:
+            limits[resource] = to_int(resource, value)
+        except QuantityError as exc:
+            raise SimulateError(f"{where}: spec.limits[{resource}]: {exc}") from None
+
+    ref = (tspec.get("nodeClassRef") or {}).get("name", "")
+    nodeclass_spec = nodeclasses.get(ref)
+    if nodeclass_spec is None:
+        subnets = "every zone" if zones is None else ", ".join(zones)
+        notes.append(
+            f"{where}: EC2NodeClass {ref!r} is not in the input; simulating with the AL2023 defaults "
+            f"(subnets in {subnets})"
+        )
+        nodeclass_spec = dict(DEFAULT_NODECLASS_SPEC)
+    resolved = None
+    if zones is not None:
+        subnets = tuple(Subnet(f"subnet-{zone}", zone, catalog.zone_ids.get(zone, "")) for zone in zones)
+        resolved = ResolvedNodeClass(name=ref, ami_family="", subnets=subnets)
+    instance_types = tuple(catalog.instance_types(nodeclass_spec, resolved))
+    if not instance_types:
+        notes.append(f"{where}: EC2NodeClass {ref!r} can launch no instance type of {catalog.region}")
+
+    return NodePoolInput(
+        name=name,
+        requirements=requirements,
+        instance_types=instance_types,
+        weight=int(spec.get("weight") or 0),
+        labels={**labels, NODEPOOL: name},
+        taints=taints_from_list(tspec.get("taints")),
+        startup_taints=taints_from_list(tspec.get("startupTaints")),
+        limits=limits,
+        in_use=_in_use(name, nodes),
+        nodeclass=ref,
+    )
+
+
+def _in_use(nodepool: str, nodes: Sequence[ExistingNode]) -> dict[str, int]:
+    """The capacity of the listed nodes of ``nodepool`` (by their ``karpenter.sh/nodepool``
+    label), and how many there are: what counts against the NodePool's limits."""
+    used: dict[str, int] = {}
+    count = 0
+    for node in nodes:
+        if node.labels.get(NODEPOOL) != nodepool:
+            continue
+        count += 1
+        for resource, amount in (node.capacity or node.allocatable).items():
+            used[resource] = used.get(resource, 0) + amount
+    if count:
+        used["nodes"] = count
+    return used
+
+
+# ------------------------------------------------------------------ solving
+
+
+def default_solver() -> Solver:
+    """THE solver (imported when first needed)."""
+    from provisioning.scheduling.solver import solve
+
+    return solve
+
+
+def plan_documents(
+    documents: Iterable[Any],
+    *,
+    region: str = DEFAULT_REGION,
+    catalog: Catalog | None = None,
+    zones: Sequence[str] | None = None,
+    solver: Solver | None = None,
+) -> tuple[Snapshot, Plan, list[str]]:
+    """Build the snapshot, solve it, and return ``(snapshot, plan, notes)``."""
+    snapshot, notes = build_snapshot(documents, region=region, catalog=catalog, zones=zones)
+    solve = solver if solver is not None else default_solver()
+    started = time.perf_counter()
+    plan = solve(snapshot)
+    if not plan.solve_seconds:
+        plan = replace(plan, solve_seconds=time.perf_counter() - started)
+    return snapshot, plan, notes
+
+
+# ------------------------------------------------------------------ output
+
+
+def _price(value: float) -> float:
+    return round(float(value), 6)
+
+
+def _option_names(claim: ClaimPlan) -> list[str]:
+    """Distinct instance type names in the claim's option order (the chosen type first)."""
+    return list(dict.fromkeys(option.instance_type for option in claim.options))
+
+
+def _unschedulable(plan: Plan, snapshot: Snapshot | None) -> list[tuple[str, str]]:
+    """Unschedulable pods in input order (the plan's order for any the snapshot lacks)."""
+    reasons = dict(plan.unschedulable)
+    ordered: list[tuple[str, str]] = []
+    if snapshot is not None:
+        for pod in snapshot.pods:
+            if pod.key in reasons:
+                ordered.append((pod.key, reasons.pop(pod.key)))
+    ordered.extend(reasons.items())
+    return ordered
+
+
+def plan_to_json(plan: Plan, snapshot: Snapshot) -> dict[str, Any]:
+    """The plan as ``manage.py simulate --format json`` prints it (the shape of issue 4)."""
+    existing = dict(plan.existing)
+    existing_nodes = [{"name": node.name, "pods": list(existing.pop(node.name, ()))} for node in snapshot.nodes]
+    existing_nodes += [{"name": name, "pods": list(pods)} for name, pods in existing.items()]
+    claims = [
+        {
+            "name": claim.name,
+            "nodePool": claim.nodepool,
+            "instanceType": claim.chosen.instance_type,
+            "capacityType": claim.chosen.capacity_type,
+            "zone": claim.chosen.zone,
+            "pricePerHour": _price(claim.price),
+            "instanceTypeOptions": _option_names(claim),
+            "pods": list(claim.pods),
+        }
+        for claim in plan.claims
+    ]
+    return {
+        "nodeClaims": claims,
+        "existingNodes": existing_nodes,
+        "unschedulable": [{"pod": pod, "reason": reason} for pod, reason in _unschedulable(plan, snapshot)],
+        "totalPricePerHour": _price(sum(claim.price for claim in plan.claims)),
+        "stats": {"pods": len(snapshot.pods), "solveSeconds": round(float(plan.solve_seconds), 6)},
+    }
+
+
+def _columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
+    widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
+    lines = []
+    for row in (header, *rows):
+        cells = [str(cell).rjust(widths[i]) if i in right else str(cell).ljust(widths[i]) for i, cell in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def plan_to_table(plan: Plan, snapshot: Snapshot | None = None) -> str:
+    """The plan for people: NodeClaims to launch, pods placed on existing nodes, unschedulable
+    pods with their reasons, and the total per hour and per month (730 hours)."""
+    lines: list[str] = []
+    total = sum(claim.price for claim in plan.claims)
+    if plan.claims:
+        rows = [
+            (
+                claim.name,
+                claim.nodepool,
+                claim.chosen.instance_type,
+                claim.chosen.capacity_type,
+                claim.chosen.zone,
+                f"{claim.price:.4f}",
+                str(len(claim.pods)),
+            )
+            for claim in plan.claims
+        ]
+        header = ("NODECLAIM", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "$/HOUR", "PODS")
+        lines += _columns(header, rows, right=frozenset({5, 6}))
+    else:
+        lines.append("No NodeClaims to launch.")
+    placed = [(name, pods) for name, pods in plan.existing.items() if pods]
+    if placed:
+        lines.append("")
+        rows = [(name, str(len(pods))) for name, pods in placed]
+        lines += _columns(("EXISTING NODE", "NEW PODS"), rows, right=frozenset({1}))
+    unschedulable = _unschedulable(plan, snapshot)
+    if unschedulable:
+        lines.append("")
+        lines += _columns(("UNSCHEDULABLE POD", "REASON"), unschedulable)
+    on_claims = sum(len(claim.pods) for claim in plan.claims)
+    on_nodes = sum(len(pods) for _, pods in placed)
+    lines.append("")
+    claims = f"{len(plan.claims)} NodeClaim{'' if len(plan.claims) == 1 else 's'}"
+    lines.append(
+        f"Plan: {claims} to launch for {on_claims} pods, {on_nodes} pods on existing nodes, "
+        f"{len(unschedulable)} unschedulable."
+    )
+    lines.append(f"Total: ${total:,.4f}/hour, ${total * HOURS_PER_MONTH:,.2f}/month ({HOURS_PER_MONTH} h).")
+    return "\n".join(lines) + "\n"
