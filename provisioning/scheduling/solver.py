@@ -185,6 +185,12 @@ class _Run:
         self.claims: list[Bin] = []
         self.counter = 0
         self.topology = Topology(self._universe())
+        self._variants: dict[object, list[Variant]] = {}
+        # Every group exists before anything is counted, so pods already bound count too.
+        for pod in snapshot.pods:
+            for variant in self._variants_of(pod):
+                for constraint in variant.constraints:
+                    self.topology.group(constraint)
         for node in snapshot.nodes:
             for pod in node.pods:
                 self._record(pod, self.bins[[b.name for b in self.bins].index(node.name)], variants(pod, False)[0])
@@ -192,7 +198,6 @@ class _Run:
         self.placed: dict[str, Bin] = {}
         self.unschedulable: dict[str, str] = {}
         self.unreached: list[str] = []
-        self._variants: dict[object, list[Variant]] = {}
         self._vector: dict[object, np.ndarray] = {}
         self._dead: dict[tuple, np.ndarray] = {}  # (shape, variant) → claims that refused it for good
         self._room = np.zeros((64, len(self.resources)), dtype=np.int64)  # per claim: cap − used
@@ -617,11 +622,9 @@ class _Run:
         self._record(pod, b, variant)
 
     def _record(self, pod: Pod, b: Bin, variant: Variant) -> None:
-        if not self.topology.groups and not variant.constraints:
+        if not self.topology.groups:
             return
-        for constraint in variant.constraints:
-            self.topology.group(constraint)
-        keys = {c.key for c in self.topology.groups}
+        keys = self.topology.keys
         self.topology.record(pod, variant.constraints, {k: v for k in keys if (v := b.domain(k)) is not None})
 
     # ---------------------------------------------------------------- explanations

@@ -66,12 +66,25 @@ class Topology:
         self.universe = {key: frozenset(values) for key, values in universe.items()}
         self.groups: dict[Constraint, Group] = {}
         self._selects: dict[tuple[Constraint, str, int], bool] = {}
-        self._anti_cache: dict[tuple[str, int, str, int], list[Group]] = {}
+        self._anti_cache: dict[tuple[str, int, str], list[Group]] = {}
+        self._selecting_cache: dict[tuple[str, int], list[tuple[Constraint, Group]]] = {}
+        self.keys: set[str] = set()
 
     def group(self, constraint: Constraint) -> Group:
         found = self.groups.get(constraint)
         if found is None:
             found = self.groups[constraint] = Group(constraint)
+            self.keys.add(constraint.key)
+            self._selecting_cache.clear()
+            self._anti_cache.clear()
+        return found
+
+    def _selecting(self, pod: Pod) -> list[tuple[Constraint, Group]]:
+        """The groups whose selector picks ``pod`` (cached per label set: replicas share one)."""
+        cache_key = (pod.namespace, id(pod.labels))
+        found = self._selecting_cache.get(cache_key)
+        if found is None:
+            found = self._selecting_cache[cache_key] = [(c, g) for c, g in self.groups.items() if c.selects(pod)]
         return found
 
     def domains(self, key: str) -> frozenset[str]:
@@ -86,9 +99,9 @@ class Topology:
 
     def record(self, pod: Pod, owned: Iterable[Constraint], domain_of: Mapping[str, str]) -> None:
         """Count ``pod`` where it landed (``domain_of``: topology key → value of its node)."""
-        for constraint, group in self.groups.items():
+        for constraint, group in self._selecting(pod):
             value = domain_of.get(constraint.key)
-            if value is not None and self.selects(constraint, pod):
+            if value is not None:
                 group.matched[value] += 1
         for constraint in owned:
             if constraint.kind == ANTI:
@@ -133,7 +146,7 @@ class Topology:
     def _anti_selecting(self, pod: Pod, key: str) -> list[Group]:
         """The anti-affinity groups on ``key`` whose selector picks ``pod`` (cached per
         label set; refreshed when groups are added)."""
-        cache_key = (pod.namespace, id(pod.labels), key, len(self.groups))
+        cache_key = (pod.namespace, id(pod.labels), key)
         found = self._anti_cache.get(cache_key)
         if found is None:
             found = [g for c, g in self.groups.items() if c.kind == ANTI and c.key == key and self.selects(c, pod)]
