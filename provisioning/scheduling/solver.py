@@ -292,8 +292,11 @@ class _Run:
                     self._commit(pod, b, variant, vector)
                     return True
             key = (pod.shape_key, number)
+            zones = self._valid_zones(pod, variant)
             for index in self._live_claims(key, vector):
                 b = self.claims[index]
+                if zones is not None and (zone := b.domain(ZONE)) is not None and zone not in zones:
+                    continue  # pinned to a zone its spread or affinity does not allow now
                 tightened, permanent = self._claim_accepts(pod, variant, b, vector, 1)
                 if tightened is not None:
                     self._grow(b, tightened, pod, variant, vector, 1)
@@ -305,6 +308,16 @@ class _Run:
                 if opened is not None:
                     return True
         return False
+
+    def _valid_zones(self, pod: Pod, variant: Variant) -> frozenset[str] | None:
+        """The zones the pod's zone constraints allow right now (None: no such constraint)."""
+        zones = None
+        for constraint in variant.constraints:
+            if constraint.key == ZONE:
+                eligible = self._eligible(ZONE, variant)
+                valid = self.topology.valid_domains(pod, constraint, self.topology.domains(ZONE), eligible)
+                zones = valid if zones is None else zones & valid
+        return zones
 
     def _fits_existing(self, pod: Pod, variant: Variant, b: Bin, vector: np.ndarray, count: int) -> bool:
         if untolerated(self._tolerations(pod, variant), b.taints) is not None:
