@@ -49,7 +49,7 @@ from provisioning.scheduling.topology import (
 from provisioning.scheduling.workloads import ExistingNode
 
 BASE_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
-LARGEST, PER_POD = "largest", "per-pod"
+LARGEST, PER_POD, LP_GUIDED = "largest", "per-pod", "lp-guided"
 # A claim may grow while its price rises by at most this much more than the pod alone costs.
 WORTH_IT_SLACK = 1.05
 # Claims that would have to grow to a bigger type are tried only this many at a time.
@@ -169,7 +169,14 @@ class Unplaceable(Exception):
 class _Run:
     """One packing of the snapshot with one sizing strategy."""
 
-    def __init__(self, snapshot: Snapshot, strategy: str, deadline: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        strategy: str,
+        deadline: float,
+        clock: Callable[[], float],
+        support: dict[str, frozenset[str]] | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self.strategy = strategy
         self.deadline = deadline
@@ -181,6 +188,12 @@ class _Run:
             (PoolModel(p, self.resources, daemons) for p in snapshot.nodepools), key=lambda m: (-m.pool.weight, m.name)
         )
         self.prefer_no_schedule = any(t.effect == "PreferNoSchedule" for m in self.pools for t in m.taints)
+        # LP-guided packing: new claims prefer the types the LP relaxation uses.
+        self.support = {
+            m.name: np.isin(m.names, list(support.get(m.name, ())))
+            for m in self.pools
+            if support and support.get(m.name)
+        }
         self.bins: list[Bin] = [self._existing(n) for n in snapshot.nodes]
         self.claims: list[Bin] = []
         self.counter = 0
@@ -379,7 +392,7 @@ class _Run:
         mask = model.fits(mask, b.used + vector * count) & self._limit_mask(model, b)
         if not mask.any() or not model.min_values_ok(requirements, mask):
             return None, len(requirements) == len(b.requirements.merge(variant.requirements))
-        if self.strategy == PER_POD and not self._worth_it(pod, variant, b, mask, requirements, count):
+        if self.strategy != LARGEST and not self._worth_it(pod, variant, b, mask, requirements, count):
             return None, True
         return requirements, False
 
@@ -508,7 +521,7 @@ class _Run:
         if requirements is None:
             return None
         mask = model.fits(model.type_mask(requirements), vector * count) & self._limit_mask(model, None)
-        mask = _prefer_ordinary(model, mask, vector, self.resources)
+        mask = self._preferred(model, _prefer_ordinary(model, mask, vector, self.resources))
         if not mask.any() or not model.min_values_ok(requirements, mask):
             return None
         self.counter += 1
@@ -614,7 +627,7 @@ class _Run:
         mask = _prefer_ordinary(
             model, model.type_mask(requirements) & self._limit_mask(model, None), vector, self.resources
         )
-        counts = np.minimum(model.max_copies(mask, np.zeros_like(vector), vector), left)
+        counts = np.minimum(model.max_copies(self._preferred(model, mask), np.zeros_like(vector), vector), left)
         if not counts.any():
             return 0
         if self.strategy == LARGEST:
@@ -624,6 +637,14 @@ class _Run:
         best = float(per_pod.min())
         # Among types within 0.1 % of the best price per pod, take the most pods per node.
         return int(counts[per_pod <= best * 1.001].max())
+
+    def _preferred(self, model: PoolModel, mask: np.ndarray) -> np.ndarray:
+        """``mask`` narrowed to the LP's types when that leaves any (LP-guided packing)."""
+        support = self.support.get(model.name)
+        if support is None:
+            return mask
+        narrowed = mask & support
+        return narrowed if narrowed.any() else mask
 
     # ---------------------------------------------------------------- recording
 
@@ -748,10 +769,15 @@ def solve(snapshot: Snapshot, clock: Callable[[], float] = time.perf_counter) ->
     """Plan NodeClaims for the snapshot's pending pods (see the module docstring)."""
     start = clock()
     deadline = start + snapshot.deadline_seconds
-    strategies = (LARGEST, PER_POD) if snapshot.optimize else (LARGEST,)
+    strategies = (LARGEST, PER_POD, LP_GUIDED) if snapshot.optimize else (LARGEST,)
     best: Plan | None = None
+    support = None
     for strategy in strategies:
-        run = _Run(snapshot, strategy, deadline, clock)
+        if strategy == LP_GUIDED:
+            support = lp_support(snapshot, time_limit=max(0.0, min(10.0, deadline - clock())))
+            if not support:
+                continue
+        run = _Run(snapshot, strategy, deadline, clock, support)
         run.run()
         plan = run.plan(clock() - start)
         if best is None or _better(plan, best):
@@ -760,6 +786,53 @@ def solve(snapshot: Snapshot, clock: Callable[[], float] = time.perf_counter) ->
             break
     assert best is not None
     return Plan(best.claims, best.existing, best.unschedulable, clock() - start, best.unreached, best.stats)
+
+
+def lp_support(snapshot: Snapshot, time_limit: float = 10.0) -> dict[str, frozenset[str]]:
+    """Per NodePool, the instance types the LP relaxation of packing its pods uses.
+
+    Pods are grouped by requests and requirements into classes, each class given to the
+    first NodePool (by weight) it is compatible with. The LP's fractional optimum mixes
+    the types whose shapes suit the pods best; packing new claims onto those types is
+    the rounding step."""
+    from provisioning.scheduling.lowerbound import PodClass, lp_lower_bound
+
+    if time_limit <= 0:
+        return {}
+    pools = sorted(snapshot.nodepools, key=lambda p: (-p.weight, p.name))
+    shapes: dict[object, tuple[Pod, int]] = {}
+    for pod in snapshot.pods:
+        first, count = shapes.get(pod.shape_key, (pod, 0))
+        shapes[pod.shape_key] = (first, count + 1)
+    classes: dict[str, dict[tuple, list]] = {p.name: {} for p in pools}
+    for pod, count in shapes.values():
+        requirements = variants(pod, False)[0].requirements
+        for pool in pools:
+            if pool.requirements.compatible(requirements) is None and not untolerated(pod.tolerations, pool.taints):
+                key = (tuple(sorted(pod.requests.items())), requirements)
+                entry = classes[pool.name].setdefault(key, [pod.requests, requirements, 0])
+                entry[2] += count
+                break
+    support: dict[str, frozenset[str]] = {}
+    for pool in pools:
+        if not classes[pool.name] or not pool.instance_types:
+            continue
+        merged = [
+            PodClass(count, requests, _matcher(pool.requirements.merge(reqs)))
+            for requests, reqs, count in classes[pool.name].values()
+        ]
+        bound = lp_lower_bound(merged, pool.instance_types, time_limit=time_limit)
+        used = frozenset(name for name, nodes in bound.nodes.items() if nodes > 1e-6)
+        if used:
+            support[pool.name] = used
+    return support
+
+
+def _matcher(requirements: Requirements) -> Callable:
+    part = requirements.without(ZONE, CAPACITY_TYPE, "karpenter.sh/nodepool")
+    keys = frozenset(k for k in part if k.startswith(("karpenter.k8s.aws/", "node.kubernetes.io/", "kubernetes.io/")))
+    only = part.only(keys)
+    return lambda it: only.matches(it.labels)
 
 
 def _better(plan: Plan, than: Plan) -> bool:
