@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds bench-webhook bench-catalog clean
+.PHONY: setup run test test-fast lint crds bench-webhook bench-catalog bench-solver clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,9 @@ bench-webhook: setup
 
 bench-catalog: setup
 	$(PY) bench/catalog.py
+
+bench-solver: setup
+	$(PY) bench/solver.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
