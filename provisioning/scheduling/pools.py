@@ -70,7 +70,8 @@ class PoolModel:
         self.exotic = np.fromiter((is_exotic(t) for t in types), dtype=bool, count=len(types))
         self._type_masks: dict[Requirements, np.ndarray] = {}
         self._offer_masks: dict[tuple[Requirement | None, Requirement | None], np.ndarray] = {}
-        self._price_vectors: dict[tuple[Requirement | None, Requirement | None], np.ndarray] = {}
+        self._price_vectors: dict[tuple[Requirement | None, Requirement | None], tuple[np.ndarray, np.ndarray]] = {}
+        self._index = {t.name: i for i, t in enumerate(types)}
         self._type_label_cache: dict[str, np.ndarray] = {}
         self.all_zones = frozenset(o.zone for offs in offerings for o in offs)
 
@@ -164,30 +165,35 @@ class PoolModel:
     ) -> list[InstanceTypeOption]:
         """Each masked type at its cheapest offering the requirements allow, cheapest first
         (ties by name); the first ``limit`` of them when given."""
-        zone, ct = requirements.get(ZONE), requirements.get(CAPACITY_TYPE)
-        prices = np.where(mask, self.prices(requirements), INF)
-        order = np.lexsort((self.names, prices))
-        count = int((prices < INF).sum())
+        prices, choice = self._priced(requirements)
+        masked = np.where(mask, prices, INF)
+        order = np.lexsort((self.names, masked))
+        count = int((masked < INF).sum())
         out = []
         for i in order[: count if limit is None else min(limit, count)]:
-            o = next(o for o in self.offerings[i] if self._allowed(o, zone, ct))
+            o = self.offerings[i][choice[i]]
             out.append(InstanceTypeOption(self.types[i].name, o.capacity_type, o.zone, float(o.price)))
         return out
 
     def prices(self, requirements: Requirements) -> np.ndarray:
         """Per type, the price of its cheapest offering the requirements allow (inf: none)."""
+        return self._priced(requirements)[0]
+
+    def _priced(self, requirements: Requirements) -> tuple[np.ndarray, np.ndarray]:
+        """Per type: the cheapest allowed offering's price and its index in ``offerings``."""
         key = (requirements.get(ZONE), requirements.get(CAPACITY_TYPE))
-        if key == (None, None):
-            return self.cheapest
-        vector = self._price_vectors.get(key)
-        if vector is None:
+        found = self._price_vectors.get(key)
+        if found is None:
             zone, ct = key
-            vector = np.array(
-                [next((o.price for o in offs if self._allowed(o, zone, ct)), INF) for offs in self.offerings],
-                dtype=float,
-            )
-            self._price_vectors[key] = vector
-        return vector
+            prices = np.full(len(self.types), INF)
+            choice = np.zeros(len(self.types), dtype=np.int64)
+            for i, offs in enumerate(self.offerings):
+                for j, o in enumerate(offs):  # sorted by price: the first allowed is the cheapest
+                    if self._allowed(o, zone, ct):
+                        prices[i], choice[i] = o.price, j
+                        break
+            found = self._price_vectors[key] = (prices, choice)
+        return found
 
     def cheapest_index(self, mask: np.ndarray, requirements: Requirements) -> int | None:
         """The masked type with the cheapest allowed offering (index), or None."""
@@ -203,7 +209,7 @@ class PoolModel:
         return INF if index is None else float(self.prices(requirements)[index])
 
     def index_of(self, name: str) -> int:
-        return int(np.flatnonzero(self.names == name)[0])
+        return self._index[name]
 
 
 _EXOTIC_FAMILY = re.compile(r"^(p\d|g\d|gr\d|inf\d|trn\d|dl\d|f\d|vt\d|u-|u\d)")
