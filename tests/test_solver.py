@@ -374,3 +374,26 @@ def test_a_deadline_keeps_partial_results_and_names_the_pods_left():
     for key in plan.unreached:
         assert "deadline" in plan.unschedulable[key]
     assert len(placed(plan)) + len(plan.unschedulable) == 50
+
+
+def test_pods_binding_the_same_host_port_get_separate_nodes():
+    containers = [
+        {
+            "name": "c",
+            "image": "i",
+            "ports": [{"containerPort": 80, "hostPort": 8080}],
+            "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}},
+        }
+    ]
+    doc = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "edge"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "edge"}},
+            "template": {"metadata": {"labels": {"app": "edge"}}, "spec": {"containers": containers}},
+        },
+    }
+    plan = plan_for(list(expand_all([doc]).pods), pool())
+    assert len(plan.claims) == 3 and all(len(c.pods) == 1 for c in plan.claims)

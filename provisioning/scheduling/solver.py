@@ -142,6 +142,7 @@ class Bin:
     pods: list[Pod] = field(default_factory=list)
     committed: np.ndarray | None = None  # planned claims: capacity counted against limits
     cap: np.ndarray | None = None  # planned claims: the most any remaining type holds, per resource
+    ports: set = field(default_factory=set)  # host ports taken: (host IP, protocol, port)
     origin: str = ""  # the pod that opened a claim, for explanations
 
     @property
@@ -227,8 +228,16 @@ class _Run:
         if node.unschedulable:
             taints += (Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"),)
         labels = dict(node.labels)
+        ports = {port for pod in node.pods for port in pod.host_ports}
         return Bin(
-            node.name, Requirements.from_labels(labels), used, taints, free=free, labels=labels, pods=list(node.pods)
+            node.name,
+            Requirements.from_labels(labels),
+            used,
+            taints,
+            free=free,
+            labels=labels,
+            pods=list(node.pods),
+            ports=ports,
         )
 
     def _universe(self) -> dict[str, set[str]]:
@@ -337,7 +346,7 @@ class _Run:
             return False
         if not variant.requirements.matches(b.labels):
             return False
-        if ((b.used + vector * count) > b.free).any():
+        if ((b.used + vector * count) > b.free).any() or _port_conflict(pod, b):
             return False
         return all(self._domain_ok(pod, c, b.domain(c.key), variant) for c in variant.constraints) and (
             self._inverse_ok(pod, b)
@@ -379,7 +388,7 @@ class _Run:
         assert model is not None and b.mask is not None and b.cap is not None
         if ((b.used + vector * count) > b.cap).any():
             return None, True
-        if untolerated(self._tolerations(pod, variant), model.taints) is not None:
+        if untolerated(self._tolerations(pod, variant), model.taints) is not None or _port_conflict(pod, b):
             return None, True
         if b.requirements.compatible(variant.requirements) is not None:
             return None, True
@@ -652,6 +661,7 @@ class _Run:
         if add_usage and b.existing:
             b.used = b.used + vector
         b.pods.append(pod)
+        b.ports.update(pod.host_ports)
         self.placed[pod.key] = b
         self._record(pod, b, variant)
 
@@ -856,6 +866,21 @@ def _plain(pod: Pod) -> bool:
         or pod.pod_anti_affinity.preferred
         or pod.host_ports
     )
+
+
+def _port_conflict(pod: Pod, b: Bin) -> bool:
+    """Two pods on one node cannot bind the same host port and protocol (an empty or
+    0.0.0.0 host IP takes the port on every address)."""
+    if not pod.host_ports or not b.ports:
+        return False
+    wide = ("", "0.0.0.0")
+    for wanted in pod.host_ports:
+        for taken in b.ports:
+            if (wanted.protocol, wanted.port) == (taken.protocol, taken.port) and (
+                wanted.host_ip in wide or taken.host_ip in wide or wanted.host_ip == taken.host_ip
+            ):
+                return True
+    return False
 
 
 def _prefer_ordinary(model: PoolModel, mask: np.ndarray, vector: np.ndarray, resources: Sequence[str]) -> np.ndarray:
