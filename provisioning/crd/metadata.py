@@ -60,7 +60,7 @@ def validate_metadata(meta: Any, walk: Walk) -> None:
         for key, value in annotations.items():
             for problem in L.qualified_name_errors(key.lower()):
                 walk.error(f"metadata.annotations[{key_path(key)}]", f"Invalid value: {show(key)}: {problem}")
-            # FIX: the limit is in bytes (Go's len), not characters.
+            # The limit is in bytes (Go's len), not characters.
             size += len(key.encode()) + (len(value.encode()) if isinstance(value, str) else 0)
         if size > MAX_ANNOTATIONS_BYTES:
             walk.error("metadata.annotations", f"Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes")

@@ -63,15 +63,15 @@ KARPENTER_DOMAIN_RULE = (
 
 def _int_value(requirement: dict[str, Any]) -> bool:
     values = requirement.get("values") or []
-    # FIX: parse like CEL int() / Go strconv.Atoi (optional sign, ASCII digits, int64).
-    # Python's int() also took "1_000", " 5" and 20-digit numbers, which upstream rejects.
+    # Parsed like CEL int() / Go strconv.Atoi (optional sign, ASCII digits, int64): Python's
+    # int() would also take "1_000", " 5" and 20-digit numbers, which upstream rejects.
     if len(values) != 1 or not re.fullmatch(r"[+-]?[0-9]+", values[0]):
         return False
     return 0 <= int(values[0]) < 2**63
 
 
 def _bounded(check: Check, limit: int) -> Check:
-    """FIX: a list or map rule that stays quiet past the node's maxItems/maxProperties.
+    """A list or map rule that stays quiet past the node's maxItems/maxProperties.
 
     The schema has already said "Too many" there, and since rules run below structural
     errors, 10,000 requirements would otherwise also earn 10,000 rule errors.
@@ -295,12 +295,11 @@ def runtime_validate(spec: dict[str, Any], walk: Walk, *, catalog_labels: Mappin
     ``catalog_labels`` (label key → every value some instance type has) lets a requirement
     that matches no instance type earn a warning with a suggestion.
     """
-    # FIX: the schema pass has already reported wrongly typed parts; skip them here
-    # instead of raising AttributeError on e.g. ``template: [1]``.
+    # The schema pass has already reported wrongly typed parts (``template: [1]``): skip them.
     template = _dict(spec.get("template"))
     labels = _dict(_dict(template.get("metadata")).get("labels"))
-    # FIX: like the API server, never walk a map or list over its bound (rules 4 and 10
-    # already said "Too many"); 10,000 items must not give 10,000 more errors.
+    # Like the API server, never walk a map or list over its bound (rules 4 and 10 already
+    # said "Too many"): 10,000 items must not give 10,000 more errors.
     if len(labels) > TEMPLATE_LABELS.max_properties:
         labels = {}
     reported = {e.path for e in walk.errors}
@@ -310,8 +309,7 @@ def runtime_validate(spec: dict[str, Any], walk: Walk, *, catalog_labels: Mappin
         path = f"spec.template.metadata.labels[{key_path(key)}]"
         for problem in L.qualified_name_errors(key):  # 40
             walk.error(path, f"Invalid value: {show(key)}: {problem}")
-        # FIX: rule 41 was missing. The schema pattern lets "a\n" through (Python's `$`
-        # matches before a final newline); only report labels the schema passed.
+        # Only labels the schema's pattern passed, so a bad value is reported once.
         if isinstance(value, str) and path not in reported:  # 41
             for problem in L.label_value_errors(value):
                 walk.error(path, f"Invalid value: {show(value)}: {problem}")
@@ -321,7 +319,7 @@ def runtime_validate(spec: dict[str, Any], walk: Walk, *, catalog_labels: Mappin
     _validate_taints(tspec, walk)
     requirements = tspec.get("requirements")
     if not isinstance(requirements, list) or len(requirements) > REQUIREMENTS.max_items:
-        requirements = []  # FIX: see above (rule 4 already reported "Too many")
+        requirements = []  # rule 4 already reported "Too many"
     for i, requirement in enumerate(requirements):
         _validate_requirement(requirement, f"spec.template.spec.requirements[{i}]", walk, catalog_labels)
 
@@ -347,7 +345,7 @@ def _validate_taints(tspec: dict[str, Any], walk: Walk) -> None:  # 43
     for field in ("taints", "startupTaints"):
         taints = tspec.get(field)
         if not isinstance(taints, list):
-            continue  # FIX: e.g. ``taints: 5`` raised TypeError; the schema reports it
+            continue  # e.g. ``taints: 5``: the schema reports it
         for i, taint in enumerate(taints):
             if not isinstance(taint, dict):
                 continue
@@ -394,8 +392,8 @@ def _validate_requirement(  # 44-46
             for problem in L.label_value_errors(value):
                 walk.error(f"{path}.values[{j}]", f"Invalid value: {show(value)}: {problem}")
     if operator in ("Exists", "DoesNotExist") and values:
-        # FIX: upstream admits this (rule 44 has no such check), so it must not be an
-        # error here; the values mean nothing, so say so in a warning.
+        # Upstream admits this (rule 44 has no such check); the values mean nothing, so
+        # a warning says so.
         walk.warnings.append(f"requirement {_short(key)}: operator {operator} takes no values; they are ignored")
     if key == L.CAPACITY_TYPE and operator == "In":  # 45
         valid = [v for v in values if v in L.CAPACITY_TYPES]
@@ -406,7 +404,7 @@ def _validate_requirement(  # 44-46
         elif isinstance(requirement.get("minValues"), int) and len(valid) < requirement["minValues"]:
             walk.error(f"{path}.values", "Invalid value: not enough valid values found for minValues")
         elif invalid:
-            # FIX: value cut short (a 63-character value made this warning 148 characters).
+            # The value is cut short so the warning stays under 120 characters.
             walk.warnings.append(f"{key} value {_short(invalid[0])} is not one of {allowed}; it is ignored")
     if catalog_labels is not None:
         if operator in ("In", "NotIn"):
