@@ -416,7 +416,7 @@ def _validate_requirement(  # 44-46
         categories = [v for v in values if isinstance(v, str) and not re.search(r"\d", v)]
         if categories:
             walk.warnings.append(
-                f"instance-family {_short(categories[0])} has no generation; "  # FIX: cut short
+                f"instance-family {_short(categories[0])} has no generation; "
                 "did you mean karpenter.k8s.aws/instance-category?"
             )
 
