@@ -18,8 +18,8 @@ _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
 _LABEL_VALUE = re.compile(LABEL_VALUE_PATTERN)
-# FIX: these are used with fullmatch(), not match(): Python's `$` also matches before a
-# trailing newline, so "foo\n" passed as a name, prefix or label value (Go's `$` does not).
+# Used with fullmatch(), not match(): Python's `$` also matches before a trailing
+# newline, Go's does not, so "foo\n" must not pass as a name, prefix or label value.
 
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
 NODEPOOL = "karpenter.sh/nodepool"

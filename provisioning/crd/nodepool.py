@@ -521,6 +521,6 @@ def _examples(known: Set[str], limit: int) -> str:
 
 
 def effective_consolidation_policy(spec: dict[str, Any]) -> str:
-    # FIX: an explicit null means the default too (``.get(..., default)`` returned None).
+    # An explicit null means the default too.
     policy = (spec.get("disruption") or {}).get("consolidationPolicy") or "WhenEmptyOrUnderutilized"
     return LEGACY_POLICIES.get(policy, policy)
