@@ -68,6 +68,8 @@ class PoolModel:
         self.usable = allocatable - self.overhead
         self.cheapest = np.array([o[0].price for o in offerings], dtype=float) if types else np.zeros(0)
         self.exotic = np.fromiter((is_exotic(t) for t in types), dtype=bool, count=len(types))
+        self.everything = np.ones(len(types), dtype=bool)
+        self.everything.flags.writeable = False  # shared: callers combine it, never change it
         self._type_masks: dict[Requirements, np.ndarray] = {}
         self._offer_masks: dict[tuple[Requirement | None, Requirement | None], np.ndarray] = {}
         self._price_vectors: dict[tuple[Requirement | None, Requirement | None], tuple[np.ndarray, np.ndarray]] = {}

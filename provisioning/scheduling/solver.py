@@ -209,6 +209,7 @@ class _Run:
             for pod in node.pods:
                 self._record(pod, self.bins[[b.name for b in self.bins].index(node.name)], variants(pod, False)[0])
         self.remaining = {m.name: self._limits(m) for m in self.pools}
+        self._committed = {m.name: np.zeros(len(self.resources), dtype=np.int64) for m in self.pools}
         self.placed: dict[str, Bin] = {}
         self.unschedulable: dict[str, str] = {}
         self.unreached: list[str] = []
@@ -554,23 +555,30 @@ class _Run:
     # ---------------------------------------------------------------- limits
 
     def _limit_mask(self, model: PoolModel, b: Bin | None) -> np.ndarray:
+        """Types whose capacity fits in what the pool's limits leave, counting every other
+        planned claim of the pool at the capacity of its cheapest type."""
         limits = self.remaining[model.name]
-        mask = np.ones(len(model), dtype=bool)
+        if not any(name in self.resources for name in limits):
+            return model.everything
+        others = self._committed[model.name] - (b.committed if b is not None and b.committed is not None else 0)
+        mask = model.everything.copy()
         for name, left in limits.items():
-            if name not in self.resources:
-                continue
-            j = self.resources.index(name)
-            others = sum(
-                int(c.committed[j]) for c in self.claims if c.pool is model and c is not b and c.committed is not None
-            )
-            mask &= model.capacity[:, j] <= left - others
+            if name in self.resources:
+                j = self.resources.index(name)
+                mask &= model.capacity[:, j] <= left - others[j]
         return mask
 
     def _commit_capacity(self, model: PoolModel, b: Bin) -> None:
         if not self.remaining[model.name]:
             return
         index = model.cheapest_index(b.mask, b.requirements)
-        b.committed = model.capacity[index] if index is not None else None
+        new = model.capacity[index] if index is not None else None
+        total = self._committed[model.name]
+        if b.committed is not None:
+            total -= b.committed
+        if new is not None:
+            total += new
+        b.committed = new
 
     # ---------------------------------------------------------------- batches of identical pods
 
