@@ -397,3 +397,18 @@ def test_pods_binding_the_same_host_port_get_separate_nodes():
     }
     plan = plan_for(list(expand_all([doc]).pods), pool())
     assert len(plan.claims) == 3 and all(len(c.pods) == 1 for c in plan.claims)
+
+
+def test_min_values_keep_enough_distinct_values_in_the_options():
+    families = {
+        "key": "karpenter.k8s.aws/instance-family",
+        "operator": "In",
+        "values": ["c5", "m5", "r5"],
+        "minValues": 3,
+    }
+    plan = plan_for(pods("web", 1), pool("general", families), max_instance_types=1)
+    options = plan.claims[0].options
+    assert len({o.instance_type.split(".")[0] for o in options}) == 3  # kept past the cap of 1
+    narrow = pods("web", 1, nodeSelector={"karpenter.k8s.aws/instance-family": "c5"})
+    plan = plan_for(narrow, pool("general", families))
+    assert "minValues" in plan.unschedulable["default/web-0"]
