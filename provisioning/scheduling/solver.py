@@ -136,18 +136,29 @@ class Bin:
     used: np.ndarray
     taints: tuple[Taint, ...]
     pool: PoolModel | None = None  # planned claims
-    mask: np.ndarray | None = None  # planned claims: the instance types still possible
+    idx: np.ndarray | None = None  # planned claims: indices of the instance types still possible
     free: np.ndarray | None = None  # existing nodes: allocatable minus what is bound there
     labels: dict[str, str] = field(default_factory=dict)  # existing nodes
     pods: list[Pod] = field(default_factory=list)
     committed: np.ndarray | None = None  # planned claims: capacity counted against limits
     cap: np.ndarray | None = None  # planned claims: the most any remaining type holds, per resource
     ports: set = field(default_factory=set)  # host ports taken: (host IP, protocol, port)
+    cheapest: int | None = None  # planned claims: the cheapest of ``idx`` under the requirements
+    price: float = 0.0  # ... and its price
     origin: str = ""  # the pod that opened a claim, for explanations
 
     @property
     def existing(self) -> bool:
         return self.pool is None
+
+    @property
+    def mask(self) -> np.ndarray | None:
+        """``idx`` as a boolean mask over the pool's types."""
+        if self.pool is None or self.idx is None:
+            return None
+        mask = np.zeros(len(self.pool), dtype=bool)
+        mask[self.idx] = True
+        return mask
 
     def domain(self, key: str) -> str | None:
         if key == HOSTNAME:
@@ -386,7 +397,7 @@ class _Run:
         resources, requirements, taints, cost or anti-affinity stands for this shape; one
         for a zone spread or an affinity may change as other pods land."""
         model = b.pool
-        assert model is not None and b.mask is not None and b.cap is not None
+        assert model is not None and b.idx is not None and b.cap is not None
         if ((b.used + vector * count) > b.cap).any():
             return None, True
         if untolerated(self._tolerations(pod, variant), model.taints) is not None or _port_conflict(pod, b):
@@ -398,13 +409,24 @@ class _Run:
         requirements = self._pin_domains(pod, variant, b.requirements.merge(variant.requirements), b)
         if requirements is None:
             return None, False
-        mask = b.mask & model.type_mask(requirements)
-        mask = model.fits(mask, b.used + vector * count) & self._limit_mask(model, b)
-        if not mask.any() or not model.min_values_ok(requirements, mask):
+        idx = self._narrow(b, requirements, b.used + vector * count)
+        if not len(idx) or (_has_min_values(requirements) and not model.min_values_ok(requirements, _mask(model, idx))):
             return None, len(requirements) == len(b.requirements.merge(variant.requirements))
-        if self.strategy != LARGEST and not self._worth_it(pod, variant, b, mask, requirements, count):
+        if self.strategy != LARGEST and not self._worth_it(pod, variant, b, idx, requirements, count):
             return None, True
         return requirements, False
+
+    def _narrow(self, b: Bin, requirements: Requirements, used: np.ndarray) -> np.ndarray:
+        """The claim's remaining types that meet ``requirements``, hold ``used`` and fit the
+        pool's limits (work on the claim's few candidates, not the whole catalog)."""
+        model = b.pool
+        assert model is not None and b.idx is not None
+        idx = b.idx
+        keep = model.type_mask(requirements)[idx] & (model.usable[idx] >= used).all(axis=1)
+        limits = self._limit_mask(model, b)
+        if limits is not model.everything:
+            keep &= limits[idx]
+        return idx[keep]
 
     def _live_claims(self, key: tuple, vector: np.ndarray) -> Iterable[int]:
         """Indices of the claims with room for ``vector`` that have not refused this
@@ -434,18 +456,17 @@ class _Run:
             size = (max(64, len(self._room) * 2), len(self.resources))
             self._room = np.concatenate([self._room, np.zeros(size, dtype=np.int64)])[: size[0]]
             self._room_now = np.concatenate([self._room_now, np.zeros(size, dtype=np.int64)])[: size[0]]
-        assert b.cap is not None and b.pool is not None and b.mask is not None
+        assert b.cap is not None and b.pool is not None
         self._room[index] = b.cap - b.used
-        cheapest = b.pool.cheapest_index(b.mask, b.requirements)
-        self._room_now[index] = (b.pool.usable[cheapest] - b.used) if cheapest is not None else -1
+        self._room_now[index] = (b.pool.usable[b.cheapest] - b.used) if b.cheapest is not None else -1
 
-    def _worth_it(self, pod: Pod, variant: Variant, b: Bin, mask, requirements: Requirements, count: int) -> bool:
+    def _worth_it(self, pod: Pod, variant: Variant, b: Bin, idx, requirements: Requirements, count: int) -> bool:
         """Cost-aware packing: a claim takes more pods only while that raises its price by no
         more than the pods would cost on a node sized for them (so claims never grow into
         inefficient giants)."""
         model = b.pool
-        assert model is not None and b.mask is not None
-        added = model.price(mask, requirements) - model.price(b.mask, b.requirements)
+        assert model is not None
+        added = float(model.prices(requirements)[idx].min()) - b.price
         return added <= self._alone(pod, variant, model) * count * WORTH_IT_SLACK
 
     def _alone(self, pod: Pod, variant: Variant, model: PoolModel) -> float:
@@ -503,19 +524,25 @@ class _Run:
 
     def _grow(self, b: Bin, requirements: Requirements, pod: Pod, variant: Variant, vector, count: int) -> None:
         model = b.pool
-        assert model is not None and b.mask is not None
+        assert model is not None
         b.requirements = requirements
         b.used = b.used + vector * count
-        self._set_mask(b, model.fits(b.mask & model.type_mask(requirements), b.used) & self._limit_mask(model, b))
+        self._set_idx(b, self._narrow(b, requirements, b.used))
         self._commit_capacity(model, b)
         self._commit(pod, b, variant, vector, add_usage=False)
 
-    def _set_mask(self, b: Bin, mask: np.ndarray) -> None:
+    def _set_idx(self, b: Bin, idx: np.ndarray) -> None:
         """Every change of a claim's types or usage goes through here (its room follows)."""
         model = b.pool
         assert model is not None
-        b.mask = mask
-        b.cap = model.usable[mask].max(axis=0) if mask.any() else np.zeros(len(self.resources), dtype=np.int64)
+        b.idx = idx
+        if len(idx):
+            b.cap = model.usable[idx].max(axis=0)
+            prices = model.prices(b.requirements)[idx]
+            best = int(prices.argmin())
+            b.cheapest, b.price = int(idx[best]), float(prices[best])
+        else:
+            b.cap, b.cheapest, b.price = np.zeros(len(self.resources), dtype=np.int64), None, float("inf")
         index = self._claim_index.get(id(b))
         if index is not None:
             self._update_room(b, index)
@@ -543,7 +570,7 @@ class _Run:
             pool=model,
             origin=pod.key,
         )
-        self._set_mask(b, mask)
+        self._set_idx(b, np.flatnonzero(mask))
         self._claim_index[id(b)] = len(self.claims)
         self.claims.append(b)
         self._update_room(b, len(self.claims) - 1)
@@ -571,8 +598,7 @@ class _Run:
     def _commit_capacity(self, model: PoolModel, b: Bin) -> None:
         if not self.remaining[model.name]:
             return
-        index = model.cheapest_index(b.mask, b.requirements)
-        new = model.capacity[index] if index is not None else None
+        new = model.capacity[b.cheapest] if b.cheapest is not None else None
         total = self._committed[model.name]
         if b.committed is not None:
             total -= b.committed
@@ -606,8 +632,11 @@ class _Run:
                 continue
             model = b.pool
             assert model is not None
-            mask = b.mask & model.type_mask(requirements) & self._limit_mask(model, b)
-            room = int(model.max_copies(mask, b.used, vector).max())
+            idx = self._narrow(b, requirements, b.used)
+            free = model.usable[idx] - b.used
+            with np.errstate(divide="ignore", invalid="ignore"):
+                per = np.where(vector > 0, free // np.where(vector > 0, vector, 1), np.iinfo(np.int64).max)
+            room = int(per.min(axis=1).max()) if len(idx) else 0
             take = max(1, min(room, len(queue)))
             for p in queue[:take]:
                 self._grow(b, requirements, p, variant, vector, 1) if p is queue[0] else self._commit(
@@ -615,7 +644,7 @@ class _Run:
                 )
             if take > 1:
                 b.used = b.used + vector * (take - 1)
-                self._set_mask(b, model.fits(b.mask, b.used))
+                self._set_idx(b, b.idx[(model.usable[b.idx] >= b.used).all(axis=1)])
                 self._commit_capacity(model, b)
             queue = queue[take:]
         while queue and self.clock() <= self.deadline:
@@ -752,15 +781,16 @@ class _Run:
 
     def _finish(self, b: Bin) -> ClaimPlan:
         model = b.pool
-        assert model is not None and b.mask is not None
+        assert model is not None and b.idx is not None
+        mask = b.mask
         limit = self.snapshot.max_instance_types
         if any(r.min_values for r in b.requirements.values()):
             # Keep as many beyond the cap as minValues needs, cheapest first.
-            options = model.options(b.mask, b.requirements)
+            options = model.options(mask, b.requirements)
             labels = [model.types[model.index_of(o.instance_type)].labels for o in options]
             options = options[: max(limit, b.requirements.min_values_prefix(labels) or 0)]
         else:
-            options = model.options(b.mask, b.requirements, limit)
+            options = model.options(mask, b.requirements, limit)
         chosen = options[0]
         index = model.index_of(chosen.instance_type)
         requests = {r: int(v) for r, v in zip(self.resources, b.used + model.overhead[index], strict=True) if v}
@@ -889,6 +919,16 @@ def _port_conflict(pod: Pod, b: Bin) -> bool:
             ):
                 return True
     return False
+
+
+def _mask(model: PoolModel, idx: np.ndarray) -> np.ndarray:
+    mask = np.zeros(len(model), dtype=bool)
+    mask[idx] = True
+    return mask
+
+
+def _has_min_values(requirements: Requirements) -> bool:
+    return any(r.min_values for r in requirements.values())
 
 
 def _prefer_ordinary(model: PoolModel, mask: np.ndarray, vector: np.ndarray, resources: Sequence[str]) -> np.ndarray:
