@@ -169,10 +169,17 @@ class PoolModel:
         (ties by name); the first ``limit`` of them when given."""
         prices, choice = self._priced(requirements)
         masked = np.where(mask, prices, INF)
-        order = np.lexsort((self.names, masked))
         count = int((masked < INF).sum())
+        take = count if limit is None else min(limit, count)
+        if 0 < take < count:
+            # Only the cheapest ``take`` (and every type tied with the last) need sorting.
+            cutoff = masked[np.argpartition(masked, take - 1)[take - 1]]
+            candidates = np.flatnonzero(masked <= cutoff)
+        else:
+            candidates = np.flatnonzero(masked < INF)
+        order = candidates[np.lexsort((self.names[candidates], masked[candidates]))]
         out = []
-        for i in order[: count if limit is None else min(limit, count)]:
+        for i in order[:take]:
             o = self.offerings[i][choice[i]]
             out.append(InstanceTypeOption(self.types[i].name, o.capacity_type, o.zone, float(o.price)))
         return out
