@@ -412,3 +412,77 @@ def test_min_values_keep_enough_distinct_values_in_the_options():
     narrow = pods("web", 1, nodeSelector={"karpenter.k8s.aws/instance-family": "c5"})
     plan = plan_for(narrow, pool("general", families))
     assert "minValues" in plan.unschedulable["default/web-0"]
+
+
+def _zones_of(plan):
+    return sorted(next(iter(c.requirements["topology.kubernetes.io/zone"].values)) for c in plan.claims)
+
+
+def test_capacity_type_spread_splits_spot_and_on_demand():
+    types = (itype("m5.large", 2, 8, 0.096, spot=0.03),)
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "karpenter.sh/capacity-type",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
+    plan = plan_for(pods("web", 4, topologySpreadConstraints=spread), pool(types=types))
+    by_type = {}
+    for claim in plan.claims:
+        by_type[claim.chosen.capacity_type] = by_type.get(claim.chosen.capacity_type, 0) + len(claim.pods)
+    assert by_type == {"spot": 2, "on-demand": 2}
+
+
+def test_node_taints_policy_honor_ignores_domains_the_pod_cannot_use():
+    # A tainted pool offers us-east-1c only; the pod does not tolerate it.
+    tainted = pool(
+        "gpu",
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1c"]},
+        taints=[Taint("gpu", "", "NoSchedule")],
+    )
+    general = pool(
+        "general", {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a", "us-east-1b"]}
+    )
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+    }
+    ignored = plan_for(pods("web", 4, topologySpreadConstraints=[spread]), general, tainted)
+    # Ignore (the default): us-east-1c counts with 0 pods, so the skew stops at one pod per zone.
+    assert len(placed(ignored)) == 2
+    honored = plan_for(
+        pods("web", 4, topologySpreadConstraints=[{**spread, "nodeTaintsPolicy": "Honor"}]), general, tainted
+    )
+    assert len(placed(honored)) == 4 and _zones_of(honored).count("us-east-1a") >= 1
+
+
+def test_node_affinity_policy_ignore_counts_every_domain():
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+    }
+    only_a = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    honored = plan_for(pods("web", 3, topologySpreadConstraints=[spread], affinity=only_a), pool())
+    assert len(placed(honored)) == 3  # only us-east-1a counts: no skew
+    ignored = plan_for(
+        pods("web", 3, topologySpreadConstraints=[{**spread, "nodeAffinityPolicy": "Ignore"}], affinity=only_a), pool()
+    )
+    assert len(placed(ignored)) == 1  # empty b and c count: a second pod in a would make skew 2

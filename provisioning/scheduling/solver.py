@@ -230,6 +230,7 @@ class _Run:
         self._room_now = np.zeros((64, len(self.resources)), dtype=np.int64)  # its cheapest type − used
         self._claim_index: dict[int, int] = {}
         self._alone_cost: dict[tuple, float] = {}
+        self._eligible_cache: dict[tuple, frozenset[str]] = {}
 
     # ---------------------------------------------------------------- set-up
 
@@ -348,7 +349,7 @@ class _Run:
         zones = None
         for constraint in variant.constraints:
             if constraint.key == ZONE:
-                eligible = self._eligible(ZONE, variant)
+                eligible = self._eligible(constraint, variant, pod)
                 valid = self.topology.valid_domains(pod, constraint, self.topology.domains(ZONE), eligible)
                 zones = valid if zones is None else zones & valid
         return zones
@@ -372,13 +373,52 @@ class _Run:
     def _domain_ok(self, pod: Pod, constraint: Constraint, value: str | None, variant: Variant) -> bool:
         if value is None:
             return False
-        eligible = self._eligible(constraint.key, variant)
+        eligible = self._eligible(constraint, variant, pod)
         return value in self.topology.valid_domains(pod, constraint, frozenset({value}) | eligible, eligible)
 
-    def _eligible(self, key: str, variant: Variant) -> frozenset[str]:
-        requirement = variant.requirements.get(key)
+    def _eligible(self, constraint: Constraint, variant: Variant, pod: Pod) -> frozenset[str]:
+        """The domains that count for a spread's minimum: those the pod's node
+        requirements allow (nodeAffinityPolicy Honor) and, with nodeTaintsPolicy Honor,
+        only those of nodes and NodePools whose taints the pod tolerates."""
+        honor_taints = constraint.node_taints_policy == "Honor"
+        cache_key = (constraint, variant, tuple(pod.tolerations) if honor_taints else None)
+        found = self._eligible_cache.get(cache_key)
+        if found is not None:
+            return found
+        key = constraint.key
         domains = self.topology.domains(key)
-        return frozenset(d for d in domains if requirement is None or requirement.has(d))
+        if constraint.node_affinity_policy != "Ignore":
+            requirement = variant.requirements.get(key)
+            domains = frozenset(d for d in domains if requirement is None or requirement.has(d))
+        if honor_taints:
+            tolerations = self._tolerations(pod, variant)
+            tolerated = {
+                d
+                for taints, values in self._domain_sources(key)
+                if untolerated(tolerations, taints) is None
+                for d in values
+            }
+            domains = domains & frozenset(tolerated)
+        self._eligible_cache[cache_key] = domains
+        return domains
+
+    def _domain_sources(self, key: str) -> list[tuple[tuple[Taint, ...], frozenset[str]]]:
+        """Who provides the domains of ``key``: each NodePool and existing node, with its taints."""
+        sources = []
+        for model in self.pools:
+            if key == ZONE:
+                values = model.all_zones
+            elif key == CAPACITY_TYPE:
+                values = frozenset(o.capacity_type for offs in model.offerings for o in offs)
+            else:
+                requirement = model.requirements.get(key)
+                values = requirement.values if requirement is not None and not requirement.complement else frozenset()
+            sources.append((model.taints, values))
+        for b in self.bins:
+            value = b.domain(key)
+            if value is not None:
+                sources.append((b.taints, frozenset({value})))
+        return sources
 
     def _inverse_ok(self, pod: Pod, b: Bin) -> bool:
         for key in (HOSTNAME, ZONE):
@@ -512,7 +552,7 @@ class _Run:
             current = requirements.get(constraint.key)
             domains = self.topology.domains(constraint.key)
             candidates = frozenset(d for d in domains if current is None or current.has(d))
-            eligible = self._eligible(constraint.key, variant)
+            eligible = self._eligible(constraint, variant, pod)
             valid = self.topology.valid_domains(pod, constraint, candidates, eligible)
             valid = self.topology.blocked_by_others(pod, constraint.key, valid)
             if not valid:

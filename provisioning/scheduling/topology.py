@@ -29,6 +29,10 @@ class Constraint:
     namespaces: frozenset[str] | None  # None: every namespace
     max_skew: int = 1
     min_domains: int | None = None
+    # Which domains count for a spread's minimum (Kubernetes' defaults: affinity Honor,
+    # taints Ignore); part of the group's identity, as upstream's node filter.
+    node_affinity_policy: str = "Honor"
+    node_taints_policy: str = "Ignore"
 
     def selects(self, pod: Pod) -> bool:
         if self.namespaces is not None and pod.namespace not in self.namespaces:
@@ -45,7 +49,16 @@ class Constraint:
 
 
 def spread_constraint(pod: Pod, c: TopologySpreadConstraint) -> Constraint:
-    return Constraint(SPREAD, c.topology_key, c.label_selector, frozenset({pod.namespace}), c.max_skew, c.min_domains)
+    return Constraint(
+        SPREAD,
+        c.topology_key,
+        c.label_selector,
+        frozenset({pod.namespace}),
+        c.max_skew,
+        c.min_domains,
+        c.node_affinity_policy or "Honor",
+        c.node_taints_policy or "Ignore",
+    )
 
 
 def affinity_constraint(kind: str, term: PodAffinityTerm) -> Constraint:
