@@ -803,6 +803,10 @@ class _Run:
 
     # ---------------------------------------------------------------- the plan
 
+    def score(self) -> tuple[int, float]:
+        """Fewer unschedulable pods first, then the lower price (what ``solve`` compares)."""
+        return len(self.unschedulable), round(sum(b.price for b in self.claims if b.pods), 6)
+
     def plan(self, solve_seconds: float) -> Plan:
         claims = tuple(self._finish(b) for b in self.claims if b.pods)
         existing = {b.name: tuple(p.key for p in b.pods[self._bound(b) :]) for b in self.bins}
@@ -858,22 +862,22 @@ def solve(snapshot: Snapshot, clock: Callable[[], float] = time.perf_counter) ->
     start = clock()
     deadline = start + snapshot.deadline_seconds
     strategies = (LARGEST, PER_POD, LP_GUIDED) if snapshot.optimize else (LARGEST,)
-    best: Plan | None = None
-    support = None
+    best: _Run | None = None
     for strategy in strategies:
+        support = None
         if strategy == LP_GUIDED:
             support = lp_support(snapshot, time_limit=max(0.0, min(10.0, deadline - clock())))
             if not support:
                 continue
         run = _Run(snapshot, strategy, deadline, clock, support)
         run.run()
-        plan = run.plan(clock() - start)
-        if best is None or _better(plan, best):
-            best = plan
+        if best is None or run.score() < best.score():
+            best = run
         if clock() > deadline:
             break
     assert best is not None
-    return Plan(best.claims, best.existing, best.unschedulable, clock() - start, best.unreached, best.stats)
+    # Only the winner is turned into a plan (options, explanations): the rest is thrown away.
+    return best.plan(clock() - start)
 
 
 def lp_support(snapshot: Snapshot, time_limit: float = 10.0) -> dict[str, frozenset[str]]:
@@ -921,10 +925,6 @@ def _matcher(requirements: Requirements) -> Callable:
     keys = frozenset(k for k in part if k.startswith(("karpenter.k8s.aws/", "node.kubernetes.io/", "kubernetes.io/")))
     only = part.only(keys)
     return lambda it: only.matches(it.labels)
-
-
-def _better(plan: Plan, than: Plan) -> bool:
-    return (len(plan.unschedulable), round(plan.total_price, 6)) < (len(than.unschedulable), round(than.total_price, 6))
 
 
 # ------------------------------------------------------------------ helpers
