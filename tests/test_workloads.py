@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from provisioning.scheduling.pods import NodeSelectorRequirement, Owner, Pod, PodError, PodToleration
+from provisioning.scheduling.taints import Taint
 from provisioning.scheduling.workloads import (
     MAX_REPLICAS,
     DaemonSetOverhead,
     ExistingNode,
-    NodeTaint,
     Skipped,
     Workloads,
     describe,
@@ -225,7 +225,7 @@ class TestNode:
         assert isinstance(existing, ExistingNode)
         assert existing.name == "ip-10-0-1-1" and existing.hostname == "ip-10-0-1-1"
         assert existing.labels["topology.kubernetes.io/zone"] == "us-east-1a"
-        assert existing.taints == (NodeTaint("dedicated", "infra", "NoSchedule"),)
+        assert existing.taints == (Taint("dedicated", "infra", "NoSchedule"),)
         assert existing.allocatable == {"cpu": 1930, "memory": 7068744 * 1024, "pods": 29, "ephemeral-storage": 18 * GI}
         assert existing.capacity["cpu"] == 2000
         assert not existing.unschedulable and existing.pods == ()

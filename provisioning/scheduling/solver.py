@@ -237,7 +237,7 @@ class _Run:
     def _existing(self, node: ExistingNode) -> Bin:
         free = np.array([node.allocatable.get(r, 0) for r in self.resources], dtype=np.int64)
         used = np.array([node.requested().get(r, 0) for r in self.resources], dtype=np.int64)
-        taints = tuple(Taint(t.key, t.value, t.effect) for t in node.taints)
+        taints = tuple(node.taints)
         if node.unschedulable:
             taints += (Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"),)
         labels = dict(node.labels)

@@ -47,6 +47,7 @@ from provisioning.scheduling.pods import (
     _type_name,
     intern,
 )
+from provisioning.scheduling.taints import Taint
 
 __all__ = [
     "MAX_REPLICAS",
@@ -54,7 +55,6 @@ __all__ = [
     "WORKLOAD_KINDS",
     "DaemonSetOverhead",
     "ExistingNode",
-    "NodeTaint",
     "Skipped",
     "Workloads",
     "describe",
@@ -86,19 +86,6 @@ _SKIP_NOTES = {
 
 
 @dataclass(frozen=True, slots=True)
-class NodeTaint:
-    key: str
-    value: str = ""
-    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
-
-    def to_manifest(self) -> dict[str, str]:
-        out = {"key": self.key, "effect": self.effect}
-        if self.value:
-            out["value"] = self.value
-        return out
-
-
-@dataclass(frozen=True, slots=True)
 class ExistingNode:
     """A node already in the cluster. ``allocatable`` (from ``status.allocatable``, else
     ``status.capacity``; empty when neither is given) and ``capacity`` are integer units;
@@ -106,7 +93,7 @@ class ExistingNode:
 
     name: str
     labels: Mapping[str, str] = EMPTY_MAP
-    taints: tuple[NodeTaint, ...] = ()
+    taints: tuple[Taint, ...] = ()  # the scheduling core's Taint, as NodePools'
     allocatable: Mapping[str, int] = EMPTY_MAP
     capacity: Mapping[str, int] = EMPTY_MAP
     unschedulable: bool = False
@@ -148,7 +135,7 @@ class ExistingNode:
             effect = _str(raw.get("effect"), f"{where}.effect", required=True)
             if effect not in TAINT_EFFECTS:
                 raise PodError(f"{where}.effect", f"{effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
-            taints.append(intern(NodeTaint(key, _str(raw.get("value"), f"{where}.value"), effect)))
+            taints.append(intern(Taint(key, _str(raw.get("value"), f"{where}.value"), effect)))
         unschedulable = spec.get("unschedulable", False)
         if unschedulable is None:
             unschedulable = False
