@@ -97,6 +97,7 @@ def test_every_pod_is_placed_once_and_the_cheapest_type_is_chosen():
     assert claim.chosen.instance_type == "m6g.large"  # 1.5 cpu, 3Gi: the cheapest that fits
     assert [o.price for o in claim.options] == sorted(o.price for o in claim.options)
     assert "cheapest" in claim.why and plan.total_price == pytest.approx(0.077)
+    assert claim.opened_by == "default/web-0" and claim.alternatives[0].price >= claim.price
 
 
 def test_spot_is_chosen_where_allowed_and_cheaper():

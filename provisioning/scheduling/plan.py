@@ -29,6 +29,7 @@ class ClaimPlan:
     requests: Mapping[str, int]  # the pods' requests plus DaemonSet overhead
     why: str = ""  # why the first option won, for people
     alternatives: tuple[InstanceTypeOption, ...] = ()  # the next cheapest, for the decision page
+    opened_by: str = ""  # the pod that no existing node or planned claim could take
 
     @property
     def chosen(self) -> InstanceTypeOption:

@@ -851,6 +851,7 @@ class _Run:
             requests=requests,
             why=_why_chosen(chosen, options, len(pods), requests),
             alternatives=tuple(options[1:6]),
+            opened_by=b.origin,
         )
 
 
