@@ -88,6 +88,8 @@ class LowerBound:
     status: str
     unplaceable: tuple[int, ...] = ()
     nodes: Mapping[str, float] = field(default_factory=dict)
+    # Per pod class (its index in the input), the types its pods go to in the optimum.
+    assignment: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
     types: int = 0
     message: str = ""
 
@@ -179,9 +181,21 @@ def lp_lower_bound(
     solved = _solve(demand, counts, alloc, cost, compat, time_limit)
     if isinstance(solved, str):
         return done(0.0, solved, unplaceable=unplaceable, types=len(names), message=message or solved)
-    objective, x = solved
+    objective, x, y, pair_c, pair_t = solved
     nodes = {names[t]: float(x[t]) for t in np.flatnonzero(x > 1e-9)}
-    return done(max(objective, 0.0), status, unplaceable=unplaceable, nodes=nodes, types=len(names), message=message)
+    assignment: dict[int, dict[str, float]] = {}
+    for p in np.flatnonzero(y > 1e-9):
+        original = classes[keep_classes[pair_c[p]]][0]
+        assignment.setdefault(original, {})[names[pair_t[p]]] = float(y[p])
+    return done(
+        max(objective, 0.0),
+        status,
+        unplaceable=unplaceable,
+        nodes=nodes,
+        assignment=assignment,
+        types=len(names),
+        message=message,
+    )
 
 
 def _undominated(cost: np.ndarray, alloc: np.ndarray, compat: np.ndarray) -> np.ndarray:
@@ -238,8 +252,9 @@ def _solve(
     cost: np.ndarray,
     compat: np.ndarray,
     time_limit: float,
-) -> tuple[float, np.ndarray] | str:
-    """Build the LP column-wise and solve it; the optimum and x, or a status on failure.
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | str:
+    """Build the LP column-wise and solve it: the optimum, x, y and the (class, type) of
+    each y; or a status on failure.
 
     Columns: x_0..x_{T-1}, then one y per compatible (class, type) pair. Rows: one demand row
     per class (= n_c), then one capacity row per (type, resource) scaled by 1/alloc so every
@@ -298,8 +313,8 @@ def _solve(
     model_status = h.getModelStatus()
     if model_status == highspy.HighsModelStatus.kOptimal:
         solution = h.getSolution()
-        x = np.asarray(solution.col_value[:n_types])
-        return float(h.getInfo().objective_function_value), x
+        values = np.asarray(solution.col_value)
+        return float(h.getInfo().objective_function_value), values[:n_types], values[n_types:], pair_c, pair_t
     if model_status == highspy.HighsModelStatus.kTimeLimit:
         return TIME_LIMIT
     if model_status == highspy.HighsModelStatus.kInfeasible:

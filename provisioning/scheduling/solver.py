@@ -187,7 +187,7 @@ class _Run:
         strategy: str,
         deadline: float,
         clock: Callable[[], float],
-        support: dict[str, frozenset[str]] | None = None,
+        support: dict[str, dict[tuple, frozenset[str]]] | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.strategy = strategy
@@ -200,12 +200,9 @@ class _Run:
             (PoolModel(p, self.resources, daemons) for p in snapshot.nodepools), key=lambda m: (-m.pool.weight, m.name)
         )
         self.prefer_no_schedule = any(t.effect == "PreferNoSchedule" for m in self.pools for t in m.taints)
-        # LP-guided packing: new claims prefer the types the LP relaxation uses.
-        self.support = {
-            m.name: np.isin(m.names, list(support.get(m.name, ())))
-            for m in self.pools
-            if support and support.get(m.name)
-        }
+        # LP-guided packing: a pod's new claims prefer the types the LP gives its class.
+        self.support = support or {}
+        self._support_masks: dict[tuple, np.ndarray | None] = {}
         self.bins: list[Bin] = [self._existing(n) for n in snapshot.nodes]
         self.claims: list[Bin] = []
         self.counter = 0
@@ -598,7 +595,7 @@ class _Run:
         if requirements is None:
             return None
         mask = model.fits(model.type_mask(requirements), vector * count) & self._limit_mask(model, None)
-        mask = self._preferred(model, _prefer_ordinary(model, mask, vector, self.resources))
+        mask = self._preferred(model, _prefer_ordinary(model, mask, vector, self.resources), pod)
         if not mask.any() or not model.min_values_ok(requirements, mask):
             return None
         self.counter += 1
@@ -713,7 +710,7 @@ class _Run:
         mask = _prefer_ordinary(
             model, model.type_mask(requirements) & self._limit_mask(model, None), vector, self.resources
         )
-        counts = np.minimum(model.max_copies(self._preferred(model, mask), np.zeros_like(vector), vector), left)
+        counts = np.minimum(model.max_copies(self._preferred(model, mask, pod), np.zeros_like(vector), vector), left)
         if not counts.any():
             return 0
         if self.strategy == LARGEST:
@@ -724,9 +721,16 @@ class _Run:
         # Among types within 0.1 % of the best price per pod, take the most pods per node.
         return int(counts[per_pod <= best * 1.001].max())
 
-    def _preferred(self, model: PoolModel, mask: np.ndarray) -> np.ndarray:
-        """``mask`` narrowed to the LP's types when that leaves any (LP-guided packing)."""
-        support = self.support.get(model.name)
+    def _preferred(self, model: PoolModel, mask: np.ndarray, pod: Pod) -> np.ndarray:
+        """``mask`` narrowed to the types the LP gives the pod's class, when that leaves any."""
+        classes = self.support.get(model.name)
+        if not classes:
+            return mask
+        key = (model.name, pod.shape_key)
+        if key not in self._support_masks:
+            types = classes.get(class_key(pod, variants(pod, False)[0].requirements))
+            self._support_masks[key] = np.isin(model.names, list(types)) if types else None
+        support = self._support_masks[key]
         if support is None:
             return mask
         narrowed = mask & support
@@ -881,13 +885,13 @@ def solve(snapshot: Snapshot, clock: Callable[[], float] = time.perf_counter) ->
     return best.plan(clock() - start)
 
 
-def lp_support(snapshot: Snapshot, time_limit: float = 10.0) -> dict[str, frozenset[str]]:
-    """Per NodePool, the instance types the LP relaxation of packing its pods uses.
+def lp_support(snapshot: Snapshot, time_limit: float = 10.0) -> dict[str, dict[tuple, frozenset[str]]]:
+    """Per NodePool and pod class, the instance types the LP relaxation packs it into.
 
     Pods are grouped by requests and requirements into classes, each class given to the
     first NodePool (by weight) it is compatible with. The LP's fractional optimum mixes
-    the types whose shapes suit the pods best; packing new claims onto those types is
-    the rounding step."""
+    the types whose shapes suit the pods best; opening each class's claims on its types
+    is the rounding step."""
     from provisioning.scheduling.lowerbound import PodClass, lp_lower_bound
 
     if time_limit <= 0:
@@ -902,23 +906,27 @@ def lp_support(snapshot: Snapshot, time_limit: float = 10.0) -> dict[str, frozen
         requirements = variants(pod, False)[0].requirements
         for pool in pools:
             if pool.requirements.compatible(requirements) is None and not untolerated(pod.tolerations, pool.taints):
-                key = (tuple(sorted(pod.requests.items())), requirements)
-                entry = classes[pool.name].setdefault(key, [pod.requests, requirements, 0])
+                entry = classes[pool.name].setdefault(class_key(pod, requirements), [pod.requests, requirements, 0])
                 entry[2] += count
                 break
-    support: dict[str, frozenset[str]] = {}
+    support: dict[str, dict[tuple, frozenset[str]]] = {}
     for pool in pools:
         if not classes[pool.name] or not pool.instance_types:
             continue
+        keys = list(classes[pool.name])
         merged = [
             PodClass(count, requests, _matcher(pool.requirements.merge(reqs)))
             for requests, reqs, count in classes[pool.name].values()
         ]
         bound = lp_lower_bound(merged, pool.instance_types, time_limit=time_limit)
-        used = frozenset(name for name, nodes in bound.nodes.items() if nodes > 1e-6)
-        if used:
-            support[pool.name] = used
+        assigned = {keys[i]: frozenset(types) for i, types in bound.assignment.items() if types}
+        if assigned:
+            support[pool.name] = assigned
     return support
+
+
+def class_key(pod: Pod, requirements: Requirements) -> tuple:
+    return tuple(sorted(pod.requests.items())), requirements
 
 
 def _matcher(requirements: Requirements) -> Callable:
