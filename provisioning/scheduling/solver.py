@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, ZONE
+from provisioning.scheduling.bins import Bin, port_conflict
+from provisioning.scheduling.lpguide import class_key, lp_support
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
 from provisioning.scheduling.pods import Pod
 from provisioning.scheduling.pools import Daemon, PoolModel
+from provisioning.scheduling.preferences import Variant, variants
 from provisioning.scheduling.quantity import format_quantity
 from provisioning.scheduling.requirements import IN, Requirement, Requirements
 from provisioning.scheduling.snapshot import Snapshot
@@ -43,8 +45,6 @@ from provisioning.scheduling.topology import (
     SPREAD,
     Constraint,
     Topology,
-    affinity_constraint,
-    spread_constraint,
 )
 from provisioning.scheduling.workloads import ExistingNode
 
@@ -54,125 +54,6 @@ LARGEST, PER_POD, LP_GUIDED = "largest", "per-pod", "lp-guided"
 WORTH_IT_SLACK = 1.05
 # Claims that would have to grow to a bigger type are tried only this many at a time.
 UPSIZE_CANDIDATES = 4
-
-
-# ------------------------------------------------------------------ pod variants (relaxation)
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A pod's constraints at one step of relaxation."""
-
-    requirements: Requirements
-    constraints: tuple[Constraint, ...]
-    tolerate_prefer_no_schedule: bool = False
-    relaxed: tuple[str, ...] = ()
-
-
-def variants(pod: Pod, prefer_no_schedule_exists: bool) -> list[Variant]:
-    """The pod as first tried, then each relaxation in upstream's order (§1.12)."""
-    base = Requirements.from_labels(dict(pod.node_selector))
-    terms = [Requirements.from_node_selector_term(t) for t in pod.required_node_affinity] or [Requirements()]
-    preferred_nodes = sorted(pod.preferred_node_affinity, key=lambda p: -p.weight)
-    preferred_aff = sorted(pod.pod_affinity.preferred, key=lambda p: -p.weight)
-    preferred_anti = sorted(pod.pod_anti_affinity.preferred, key=lambda p: -p.weight)
-    hard = [spread_constraint(pod, c) for c in pod.topology_spread if c.hard]
-    hard += [affinity_constraint(AFFINITY, t) for t in pod.pod_affinity.required]
-    hard += [affinity_constraint(ANTI, t) for t in pod.pod_anti_affinity.required]
-    soft_spread = [spread_constraint(pod, c) for c in pod.topology_spread if not c.hard]
-    state = {
-        "terms": terms,
-        "aff": preferred_aff,
-        "anti": preferred_anti,
-        "nodes": preferred_nodes,
-        "spread": soft_spread,
-        "tolerate": False,
-    }
-    relaxed: list[str] = []
-
-    def build() -> Variant:
-        requirements = base.merge(state["terms"][0])
-        if state["nodes"]:
-            requirements = requirements.merge(Requirements.from_node_selector_term(state["nodes"][0].term))
-        constraints = list(hard) + list(state["spread"])
-        if state["aff"]:
-            constraints.append(affinity_constraint(AFFINITY, state["aff"][0].term))
-        if state["anti"]:
-            constraints.append(affinity_constraint(ANTI, state["anti"][0].term))
-        return Variant(requirements, tuple(constraints), state["tolerate"], tuple(relaxed))
-
-    out = [build()]
-    while True:
-        if len(state["terms"]) > 1:
-            state["terms"] = state["terms"][1:]
-            relaxed.append("a required node affinity term")
-        elif state["aff"]:
-            state["aff"] = state["aff"][1:]
-            relaxed.append("a preferred pod affinity term")
-        elif state["anti"]:
-            state["anti"] = state["anti"][1:]
-            relaxed.append("a preferred pod anti-affinity term")
-        elif state["nodes"]:
-            state["nodes"] = state["nodes"][1:]
-            relaxed.append("a preferred node affinity term")
-        elif state["spread"]:
-            state["spread"] = state["spread"][1:]
-            relaxed.append("a ScheduleAnyway topology spread")
-        elif prefer_no_schedule_exists and not state["tolerate"]:
-            state["tolerate"] = True
-            relaxed.append("PreferNoSchedule taints")
-        else:
-            return out
-        out.append(build())
-
-
-# ------------------------------------------------------------------ bins: existing nodes and planned claims
-
-
-@dataclass(eq=False)
-class Bin:
-    name: str
-    requirements: Requirements
-    used: np.ndarray
-    taints: tuple[Taint, ...]
-    pool: PoolModel | None = None  # planned claims
-    idx: np.ndarray | None = None  # planned claims: indices of the instance types still possible
-    free: np.ndarray | None = None  # existing nodes: allocatable minus what is bound there
-    labels: dict[str, str] = field(default_factory=dict)  # existing nodes
-    pods: list[Pod] = field(default_factory=list)
-    committed: np.ndarray | None = None  # planned claims: capacity counted against limits
-    cap: np.ndarray | None = None  # planned claims: the most any remaining type holds, per resource
-    ports: set = field(default_factory=set)  # host ports taken: (host IP, protocol, port)
-    cheapest: int | None = None  # planned claims: the cheapest of ``idx`` under the requirements
-    price: float = 0.0  # ... and its price
-    origin: str = ""  # the pod that opened a claim, for explanations
-
-    @property
-    def existing(self) -> bool:
-        return self.pool is None
-
-    @property
-    def mask(self) -> np.ndarray | None:
-        """``idx`` as a boolean mask over the pool's types."""
-        if self.pool is None or self.idx is None:
-            return None
-        mask = np.zeros(len(self.pool), dtype=bool)
-        mask[self.idx] = True
-        return mask
-
-    def domain(self, key: str) -> str | None:
-        if key == HOSTNAME:
-            return self.labels.get(HOSTNAME, self.name) if self.existing else self.name
-        if self.existing:
-            return self.labels.get(key)
-        requirement = self.requirements.get(key)
-        if requirement is not None and not requirement.complement and len(requirement.values) == 1:
-            return next(iter(requirement.values))
-        return None
-
-
-class Unplaceable(Exception):
-    pass
 
 
 # ------------------------------------------------------------------ the solver
@@ -356,7 +237,7 @@ class _Run:
             return False
         if not variant.requirements.matches(b.labels):
             return False
-        if ((b.used + vector * count) > b.free).any() or _port_conflict(pod, b):
+        if ((b.used + vector * count) > b.free).any() or port_conflict(pod, b):
             return False
         return all(self._domain_ok(pod, c, b.domain(c.key), variant) for c in variant.constraints) and (
             self._inverse_ok(pod, b)
@@ -437,7 +318,7 @@ class _Run:
         assert model is not None and b.idx is not None and b.cap is not None
         if ((b.used + vector * count) > b.cap).any():
             return None, True
-        if untolerated(self._tolerations(pod, variant), model.taints) is not None or _port_conflict(pod, b):
+        if untolerated(self._tolerations(pod, variant), model.taints) is not None or port_conflict(pod, b):
             return None, True
         if b.requirements.compatible(variant.requirements) is not None:
             return None, True
@@ -885,57 +766,6 @@ def solve(snapshot: Snapshot, clock: Callable[[], float] = time.perf_counter) ->
     return best.plan(clock() - start)
 
 
-def lp_support(snapshot: Snapshot, time_limit: float = 10.0) -> dict[str, dict[tuple, frozenset[str]]]:
-    """Per NodePool and pod class, the instance types the LP relaxation packs it into.
-
-    Pods are grouped by requests and requirements into classes, each class given to the
-    first NodePool (by weight) it is compatible with. The LP's fractional optimum mixes
-    the types whose shapes suit the pods best; opening each class's claims on its types
-    is the rounding step."""
-    from provisioning.scheduling.lowerbound import PodClass, lp_lower_bound
-
-    if time_limit <= 0:
-        return {}
-    pools = sorted(snapshot.nodepools, key=lambda p: (-p.weight, p.name))
-    shapes: dict[object, tuple[Pod, int]] = {}
-    for pod in snapshot.pods:
-        first, count = shapes.get(pod.shape_key, (pod, 0))
-        shapes[pod.shape_key] = (first, count + 1)
-    classes: dict[str, dict[tuple, list]] = {p.name: {} for p in pools}
-    for pod, count in shapes.values():
-        requirements = variants(pod, False)[0].requirements
-        for pool in pools:
-            if pool.requirements.compatible(requirements) is None and not untolerated(pod.tolerations, pool.taints):
-                entry = classes[pool.name].setdefault(class_key(pod, requirements), [pod.requests, requirements, 0])
-                entry[2] += count
-                break
-    support: dict[str, dict[tuple, frozenset[str]]] = {}
-    for pool in pools:
-        if not classes[pool.name] or not pool.instance_types:
-            continue
-        keys = list(classes[pool.name])
-        merged = [
-            PodClass(count, requests, _matcher(pool.requirements.merge(reqs)))
-            for requests, reqs, count in classes[pool.name].values()
-        ]
-        bound = lp_lower_bound(merged, pool.instance_types, time_limit=time_limit)
-        assigned = {keys[i]: frozenset(types) for i, types in bound.assignment.items() if types}
-        if assigned:
-            support[pool.name] = assigned
-    return support
-
-
-def class_key(pod: Pod, requirements: Requirements) -> tuple:
-    return tuple(sorted(pod.requests.items())), requirements
-
-
-def _matcher(requirements: Requirements) -> Callable:
-    part = requirements.without(ZONE, CAPACITY_TYPE, "karpenter.sh/nodepool")
-    keys = frozenset(k for k in part if k.startswith(("karpenter.k8s.aws/", "node.kubernetes.io/", "kubernetes.io/")))
-    only = part.only(keys)
-    return lambda it: only.matches(it.labels)
-
-
 # ------------------------------------------------------------------ helpers
 
 
@@ -953,21 +783,6 @@ def _plain(pod: Pod) -> bool:
         or pod.pod_anti_affinity.preferred
         or pod.host_ports
     )
-
-
-def _port_conflict(pod: Pod, b: Bin) -> bool:
-    """Two pods on one node cannot bind the same host port and protocol (an empty or
-    0.0.0.0 host IP takes the port on every address)."""
-    if not pod.host_ports or not b.ports:
-        return False
-    wide = ("", "0.0.0.0")
-    for wanted in pod.host_ports:
-        for taken in b.ports:
-            if (wanted.protocol, wanted.port) == (taken.protocol, taken.port) and (
-                wanted.host_ip in wide or taken.host_ip in wide or wanted.host_ip == taken.host_ip
-            ):
-                return True
-    return False
 
 
 def _mask(model: PoolModel, idx: np.ndarray) -> np.ndarray:
