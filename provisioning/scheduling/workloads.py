@@ -27,26 +27,27 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from provisioning.scheduling.frozen import EMPTY_MAP, frozen_map, intern
+from provisioning.scheduling.manifestfields import (
+    PodError,
+    read_int,
+    read_list,
+    read_object,
+    read_str,
+    read_str_map,
+    type_name,
+)
 from provisioning.scheduling.pods import (
     DEFAULT_NAMESPACE,
-    EMPTY_MAP,
     TAINT_EFFECTS,
     LabelSelector,
     NodeSelectorTerm,
     Owner,
     Pod,
-    PodError,
     PodToleration,
-    _frozen_map,
-    _int,
-    _list,
-    _obj,
-    _resource_list,
-    _str,
-    _str_map,
-    _type_name,
-    intern,
 )
+from provisioning.scheduling.podspec import pod_from_manifest, pod_from_template
+from provisioning.scheduling.resources import read_resources
 from provisioning.scheduling.taints import Taint
 
 __all__ = [
@@ -122,37 +123,37 @@ class ExistingNode:
 
     @classmethod
     def from_manifest(cls, manifest: Any) -> ExistingNode:
-        manifest = _obj(manifest, "")
-        metadata = _obj(manifest.get("metadata"), "metadata")
-        name = _str(metadata.get("name"), "metadata.name", required=True)
-        labels = _str_map(metadata.get("labels"), "metadata.labels")
-        spec = _obj(manifest.get("spec"), "spec")
+        manifest = read_object(manifest, "")
+        metadata = read_object(manifest.get("metadata"), "metadata")
+        name = read_str(metadata.get("name"), "metadata.name", required=True)
+        labels = read_str_map(metadata.get("labels"), "metadata.labels")
+        spec = read_object(manifest.get("spec"), "spec")
         taints = []
-        for i, item in enumerate(_list(spec.get("taints"), "spec.taints")):
+        for i, item in enumerate(read_list(spec.get("taints"), "spec.taints")):
             where = f"spec.taints[{i}]"
-            raw = _obj(item, where)
-            key = _str(raw.get("key"), f"{where}.key", required=True)
-            effect = _str(raw.get("effect"), f"{where}.effect", required=True)
+            raw = read_object(item, where)
+            key = read_str(raw.get("key"), f"{where}.key", required=True)
+            effect = read_str(raw.get("effect"), f"{where}.effect", required=True)
             if effect not in TAINT_EFFECTS:
                 raise PodError(f"{where}.effect", f"{effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
-            taints.append(intern(Taint(key, _str(raw.get("value"), f"{where}.value"), effect)))
+            taints.append(intern(Taint(key, read_str(raw.get("value"), f"{where}.value"), effect)))
         unschedulable = spec.get("unschedulable", False)
         if unschedulable is None:
             unschedulable = False
         if not isinstance(unschedulable, bool):
-            raise PodError("spec.unschedulable", f"must be true or false, not {_type_name(unschedulable)}")
-        status = _obj(manifest.get("status"), "status")
-        capacity = _resource_list(status.get("capacity"), "status.capacity")
+            raise PodError("spec.unschedulable", f"must be true or false, not {type_name(unschedulable)}")
+        status = read_object(manifest.get("status"), "status")
+        capacity = read_resources(status.get("capacity"), "status.capacity")
         if status.get("allocatable") is not None:
-            allocatable = _resource_list(status.get("allocatable"), "status.allocatable")
+            allocatable = read_resources(status.get("allocatable"), "status.allocatable")
         else:
             allocatable = capacity
         return cls(
             name=name,
             labels=labels,
             taints=intern(tuple(taints)),
-            allocatable=_frozen_map(allocatable),
-            capacity=_frozen_map(capacity),
+            allocatable=frozen_map(allocatable),
+            capacity=frozen_map(capacity),
             unschedulable=unschedulable,
         )
 
@@ -242,18 +243,18 @@ def expand(document: Any) -> list[Pod] | list[DaemonSetOverhead] | list[Existing
 
 def _expand(document: Any) -> list:
     if not isinstance(document, dict):
-        raise PodError("", f"a document must be an object with kind, metadata and spec, not {_type_name(document)}")
-    kind = _str(document.get("kind"), "kind", required=True)
+        raise PodError("", f"a document must be an object with kind, metadata and spec, not {type_name(document)}")
+    kind = read_str(document.get("kind"), "kind", required=True)
     if kind == "Pod":
-        return [Pod.from_manifest(document)]
+        return [pod_from_manifest(document)]
     if kind == NODE_KIND:
         return [ExistingNode.from_manifest(document)]
     if kind not in WORKLOAD_KINDS:
         raise PodError("kind", f"{kind!r} is not one of {', '.join((*WORKLOAD_KINDS, NODE_KIND))}")
-    metadata = _obj(document.get("metadata"), "metadata")
-    name = _str(metadata.get("name"), "metadata.name", required=True)
-    namespace = _str(metadata.get("namespace"), "metadata.namespace") or DEFAULT_NAMESPACE
-    spec = _obj(document.get("spec"), "spec")
+    metadata = read_object(document.get("metadata"), "metadata")
+    name = read_str(metadata.get("name"), "metadata.name", required=True)
+    namespace = read_str(metadata.get("namespace"), "metadata.namespace") or DEFAULT_NAMESPACE
+    spec = read_object(document.get("spec"), "spec")
     if not spec:
         raise PodError("spec", "is required (with a pod template in spec.template)")
     owner = Owner(kind, name)
@@ -261,14 +262,14 @@ def _expand(document: Any) -> list:
 
     if kind == "DaemonSet":
         _check_selector(spec, template)
-        pod = Pod.from_template(template, namespace=namespace, name=name, owner=owner, is_daemonset=True)
+        pod = pod_from_template(template, namespace=namespace, name=name, owner=owner, is_daemonset=True)
         return [DaemonSetOverhead(namespace, name, pod)]
 
     if kind == "Job":
         count = _count(spec, "parallelism")
         suspend = spec.get("suspend")
         if suspend is not None and not isinstance(suspend, bool):
-            raise PodError("spec.suspend", f"must be true or false, not {_type_name(suspend)}")
+            raise PodError("spec.suspend", f"must be true or false, not {type_name(suspend)}")
         if suspend:
             count = 0
     else:
@@ -277,7 +278,7 @@ def _expand(document: Any) -> list:
     extra_labels = None
     if kind == "Deployment":
         extra_labels = {"pod-template-hash": _template_hash(template)}
-    first = Pod.from_template(template, namespace=namespace, name=f"{name}-0", owner=owner, extra_labels=extra_labels)
+    first = pod_from_template(template, namespace=namespace, name=f"{name}-0", owner=owner, extra_labels=extra_labels)
     if count == 0:
         return []
     return [first] + [first.renamed(f"{name}-{i}") for i in range(1, count)]
@@ -287,7 +288,7 @@ def _count(spec: dict, field: str) -> int:
     value = spec.get(field)
     if value is None:
         return 1
-    return _int(value, f"spec.{field}", minimum=0, maximum=MAX_REPLICAS)
+    return read_int(value, f"spec.{field}", minimum=0, maximum=MAX_REPLICAS)
 
 
 def _check_selector(spec: dict, template: Any) -> None:
@@ -295,8 +296,8 @@ def _check_selector(spec: dict, template: Any) -> None:
     if spec.get("selector") is None or not isinstance(template, dict):
         return
     selector = LabelSelector.from_manifest(spec["selector"], "spec.selector")
-    metadata = _obj(template.get("metadata"), "spec.template.metadata")
-    labels = _str_map(metadata.get("labels"), "spec.template.metadata.labels")
+    metadata = read_object(template.get("metadata"), "spec.template.metadata")
+    labels = read_str_map(metadata.get("labels"), "spec.template.metadata.labels")
     if not selector.matches(labels):
         raise PodError(
             "spec.selector",
@@ -350,7 +351,7 @@ def expand_all(documents: Iterable[Any]) -> Workloads:
         name = describe(document)
         if not isinstance(document, dict) or not isinstance(document.get("kind"), str) or not document["kind"]:
             if not isinstance(document, dict):
-                raise PodError("", f"must be an object with kind, metadata and spec, not {_type_name(document)}", where)
+                raise PodError("", f"must be an object with kind, metadata and spec, not {type_name(document)}", where)
             raise PodError("kind", "is required (Deployment, Pod, NodePool, ...)", where)
         kind = document["kind"]
         if kind in POLICY_KINDS:
