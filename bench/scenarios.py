@@ -38,6 +38,7 @@ from functools import cache
 
 from provisioning.scheduling.instancetypes import InstanceType
 from provisioning.scheduling.pods import Pod
+from provisioning.scheduling.podspec import pod_from_template
 from provisioning.scheduling.requirements import Requirements
 from provisioning.scheduling.snapshot import NodePoolInput, Snapshot
 
@@ -87,7 +88,7 @@ class _Factory:
         self._serial += 1
         first = self._parsed.get(key)
         if first is None:
-            first = self._parsed[key] = Pod.from_template(template, namespace=self.namespace, name=name)
+            first = self._parsed[key] = pod_from_template(template, namespace=self.namespace, name=name)
             return first
         return first.renamed(name)
 

@@ -4,8 +4,8 @@
 Kubernetes data (node selector terms as ``(key, operator, values)`` tuples, tolerations as their
 fields); turning them into requirements and taint checks is the solver's business.
 
-``Pod.from_manifest`` reads a Kubernetes Pod and ``Pod.from_template`` a workload's pod
-template; the reading itself is in :mod:`provisioning.scheduling.podspec`. Identical label maps,
+``Pod.from_manifest`` reads a Kubernetes Pod; reading manifests (pods and workloads' pod
+templates, ``pod_from_template``) is in :mod:`provisioning.scheduling.podspec`. Identical label maps,
 requests, terms, tolerations and selectors are interned, so pods of one shape share one object
 for each of them and ``shape_key`` hashes in constant time once computed. Bad input raises
 :class:`PodError` naming the field (``spec.containers[0].resources.requests.cpu``) and what
@@ -385,31 +385,6 @@ class Pod:
         from provisioning.scheduling.podspec import pod_from_manifest
 
         return pod_from_manifest(manifest)
-
-    @classmethod
-    def from_template(
-        cls,
-        template: Any,
-        *,
-        namespace: str,
-        name: str,
-        owner: Owner | None = None,
-        path: str = "spec.template",
-        extra_labels: Mapping[str, str] | None = None,
-        is_daemonset: bool = False,
-    ) -> Pod:
-        """A workload's pod template (``{metadata, spec}``) as one pod named ``name``."""
-        from provisioning.scheduling.podspec import pod_from_template
-
-        return pod_from_template(
-            template,
-            namespace=namespace,
-            name=name,
-            owner=owner,
-            path=path,
-            extra_labels=extra_labels,
-            is_daemonset=is_daemonset,
-        )
 
 
 _POD_SLOTS = Pod.__slots__
