@@ -35,6 +35,7 @@ from provisioning.crd.schema import (
     key_path,
     show,
 )
+from provisioning.scheduling.quantity import QuantityError, parse_quantity
 
 GROUP = "karpenter.k8s.aws"
 VERSION = "v1"
@@ -748,8 +749,6 @@ _GO_DURATION = re.compile(r"[-+]?(0|(([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms
 _GO_DURATION_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
 _NANOS = {"ns": 1, "us": 10**3, "µs": 10**3, "μs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
 _PERCENT = re.compile(r"(\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?)%", re.ASCII)
-_QUANTITY = re.compile(QUANTITY_PATTERN.removeprefix("^").removesuffix("$"))
-_MANTISSA = re.compile(r"[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))")
 
 
 def go_duration_nanos(text: str) -> int | None:
@@ -770,10 +769,10 @@ def _threshold_ok(value: str) -> bool:
     """0-100% or a non-negative quantity (the controller's eviction threshold check)."""
     if _PERCENT.fullmatch(value):
         return True
-    if not _QUANTITY.fullmatch(value):
+    try:
+        return parse_quantity(value) >= 0
+    except QuantityError:
         return False
-    mantissa = _MANTISSA.match(value)
-    return not (value.startswith("-") and mantissa and Decimal(mantissa.group(0)) != 0)
 
 
 def runtime_validate(spec: dict[str, Any], walk: Walk) -> None:
