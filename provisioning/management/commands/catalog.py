@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -26,48 +24,27 @@ from provisioning.cloud.base import ResolvedNodeClass, Subnet
 from provisioning.crd import labels as L
 from provisioning.scheduling.instancetypes import InstanceType, Offering
 from provisioning.scheduling.quantity import format_quantity
+from provisioning.scheduling.requirements import Requirement, Requirements
 
 ZONE_ID = "topology.k8s.aws/zone-id"
 OFFERING_KEYS = frozenset({L.ZONE, L.CAPACITY_TYPE, ZONE_ID})
 
-# ------------------------------------------------------------------ --require (a tiny parser)
-# Kept apart from the command so it can give way to scheduling/requirements.py.
+# ------------------------------------------------------------------ --require
+# KEY=A,B / KEY!=A / KEY>N / KEY<N, read into the scheduling core's requirements algebra.
 
 _REQUIRE = re.compile(r"^\s*([^=!<>\s]+)\s*(!=|=|>|<)\s*(.*?)\s*$")
+_OPERATORS = {"=": "In", "!=": "NotIn", ">": "Gt", "<": "Lt"}
 
 
-@dataclass(frozen=True)
-class Require:
-    key: str
-    operator: str  # "=", "!=", ">", "<"
-    values: tuple[str, ...]
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        value = labels.get(self.key)
-        if self.operator == "=":
-            return value in self.values
-        if self.operator == "!=":
-            return value not in self.values  # an absent label is not the value, as NotIn
-        if value is None or not _is_int(value):
-            return False
-        bound = int(self.values[0])
-        return int(value) > bound if self.operator == ">" else int(value) < bound
-
-
-def parse_require(text: str) -> Require:
+def parse_require(text: str) -> Requirement:
     match = _REQUIRE.match(text)
     if not match or not match.group(3):
         raise ValueError(f"{text!r}: expected KEY=VALUE, KEY!=VALUE, KEY>N or KEY<N")
     key, operator, raw = match.groups()
-    key = L.normalize_key(key)
-    values = tuple(v.strip() for v in raw.split(",") if v.strip())
-    if operator in (">", "<") and (len(values) != 1 or not _is_int(values[0])):
+    values = [v.strip() for v in raw.split(",") if v.strip()]
+    if operator in (">", "<") and (len(values) != 1 or not re.fullmatch(r"[+-]?[0-9]+", values[0])):
         raise ValueError(f"{text!r}: {operator} takes one integer")
-    return Require(key, operator, values)
-
-
-def _is_int(text: str) -> bool:
-    return bool(re.fullmatch(r"[+-]?[0-9]+", text))
+    return Requirement.of(key, _OPERATORS[operator], values)  # aliases are normalized here
 
 
 def offering_labels(offering: Offering) -> dict[str, str]:
@@ -77,17 +54,17 @@ def offering_labels(offering: Offering) -> dict[str, str]:
     return labels
 
 
-def select(instance_types: list[InstanceType], requires: list[Require]) -> list[InstanceType]:
+def select(instance_types: list[InstanceType], requires: list[Requirement]) -> list[InstanceType]:
     """Types whose labels meet every requirement, with the offerings that meet those on
     zone and capacity type (a type left without offerings by them is dropped)."""
-    on_type = [r for r in requires if r.key not in OFFERING_KEYS]
-    on_offering = [r for r in requires if r.key in OFFERING_KEYS]
+    on_type = Requirements(r for r in requires if r.key not in OFFERING_KEYS)
+    on_offering = Requirements(r for r in requires if r.key in OFFERING_KEYS)
     out = []
     for it in instance_types:
-        if not all(r.matches(it.labels) for r in on_type):
+        if not on_type.matches(it.labels):
             continue
         if on_offering:
-            offerings = tuple(o for o in it.offerings if all(r.matches(offering_labels(o)) for r in on_offering))
+            offerings = tuple(o for o in it.offerings if on_offering.matches(offering_labels(o)))
             if not offerings:
                 continue
             it = InstanceType(it.name, it.labels, it.capacity, it.overhead, offerings)
