@@ -138,14 +138,18 @@ class PoolModel:
         """``mask`` narrowed to the types whose usable resources hold ``requests``."""
         return mask & (self.usable >= requests).all(axis=1)
 
-    def max_copies(self, mask: np.ndarray, used: np.ndarray, pod: np.ndarray) -> np.ndarray:
-        """How many more pods of ``pod`` each masked type holds on top of ``used``."""
-        free = self.usable - used
+    def copies(self, rows: np.ndarray, used: np.ndarray, pod: np.ndarray) -> np.ndarray:
+        """How many more pods of ``pod`` each type of ``rows`` (indices) holds on top of ``used``."""
+        free = self.usable[rows] - used
         with np.errstate(divide="ignore", invalid="ignore"):
             per = np.where(pod > 0, free // np.where(pod > 0, pod, 1), np.iinfo(np.int64).max)
-        counts = per.min(axis=1)
-        counts[~mask] = 0
-        return np.maximum(counts, 0)
+        return np.maximum(per.min(axis=1), 0) if len(per) else np.zeros(0, dtype=np.int64)
+
+    def max_copies(self, mask: np.ndarray, used: np.ndarray, pod: np.ndarray) -> np.ndarray:
+        """As ``copies``, for every type; 0 outside ``mask``."""
+        counts = np.zeros(len(self.types), dtype=np.int64)
+        counts[mask] = self.copies(np.flatnonzero(mask), used, pod)
+        return counts
 
     def label_values(self, key: str) -> np.ndarray:
         values = self._type_label_cache.get(key)
@@ -203,19 +207,6 @@ class PoolModel:
                         break
             found = self._price_vectors[key] = (prices, choice)
         return found
-
-    def cheapest_index(self, mask: np.ndarray, requirements: Requirements) -> int | None:
-        """The masked type with the cheapest allowed offering (index), or None."""
-        prices = np.where(mask, self.prices(requirements), INF)
-        if not len(prices):
-            return None
-        index = int(prices.argmin())
-        return index if prices[index] < INF else None
-
-    def price(self, mask: np.ndarray, requirements: Requirements) -> float:
-        """The price of the cheapest masked type (inf when none)."""
-        index = self.cheapest_index(mask, requirements)
-        return INF if index is None else float(self.prices(requirements)[index])
 
     def index_of(self, name: str) -> int:
         return self._index[name]

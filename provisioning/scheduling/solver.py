@@ -550,11 +550,8 @@ class _Run:
                 continue
             model = b.pool
             assert model is not None
-            idx = self._narrow(b, requirements, b.used)
-            free = model.usable[idx] - b.used
-            with np.errstate(divide="ignore", invalid="ignore"):
-                per = np.where(vector > 0, free // np.where(vector > 0, vector, 1), np.iinfo(np.int64).max)
-            room = int(per.min(axis=1).max()) if len(idx) else 0
+            copies = model.copies(self._narrow(b, requirements, b.used), b.used, vector)
+            room = int(copies.max()) if len(copies) else 0
             take = max(1, min(room, len(queue)))
             for p in queue[:take]:
                 self._grow(b, requirements, p, variant, vector, 1) if p is queue[0] else self._commit(
