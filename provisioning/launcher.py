@@ -33,6 +33,7 @@ class Launcher:
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        become_subreaper()
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.stopping = True
@@ -66,9 +67,14 @@ class Launcher:
                 proc.kill()
                 proc.wait()
         _gone, alive = psutil.wait_procs(family, timeout=max(0.1, deadline - time.monotonic()))
+        # Orphans of children that died first were re-parented to us (we are a subreaper):
+        # whatever is still below us now is killed and reaped too.
+        with contextlib.suppress(psutil.Error):
+            alive += psutil.Process().children(recursive=True)
         for straggler in alive:
             with contextlib.suppress(psutil.Error):
                 straggler.kill()
+        psutil.wait_procs(alive, timeout=5)
 
     def _descendants(self) -> list[psutil.Process]:
         found: list[psutil.Process] = []
@@ -76,6 +82,17 @@ class Launcher:
             with contextlib.suppress(psutil.Error):
                 found += psutil.Process(proc.pid).children(recursive=True)
         return found
+
+
+def become_subreaper() -> None:
+    """On Linux, adopt our descendants' orphans (PR_SET_CHILD_SUBREAPER), so a grandchild
+    whose parent died first is still ours to stop; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
 def free_port() -> int:
