@@ -174,7 +174,7 @@ def lp_lower_bound(
     # Drop types no class can use, then dominated ones.
     used = compat.any(axis=0)
     keep_types = np.flatnonzero(used)
-    keep_types = keep_types[_undominated(cost[keep_types], alloc[keep_types], compat[:, keep_types])]
+    keep_types = keep_types[undominated(cost[keep_types], alloc[keep_types], compat[:, keep_types])]
     alloc, cost, compat = alloc[keep_types], cost[keep_types], compat[:, keep_types]
     names = [priced[t].name for t in keep_types]
 
@@ -198,7 +198,7 @@ def lp_lower_bound(
     )
 
 
-def _undominated(cost: np.ndarray, alloc: np.ndarray, compat: np.ndarray) -> np.ndarray:
+def undominated(cost: np.ndarray, alloc: np.ndarray, compat: np.ndarray) -> np.ndarray:
     """Indices of the types no other type dominates.
 
     ``u`` dominates ``t`` when it costs no more, has at least as much of every resource and
@@ -232,7 +232,7 @@ def _undominated(cost: np.ndarray, alloc: np.ndarray, compat: np.ndarray) -> np.
     return np.flatnonzero(~dominated)
 
 
-def _highs():
+def highs():
     """A silent HiGHS instance.
 
     ``highspy.Highs()`` calls into HiGHS (to set up callbacks) before any option can be set,
@@ -245,16 +245,10 @@ def _highs():
     return h
 
 
-def _solve(
-    demand: np.ndarray,
-    counts: np.ndarray,
-    alloc: np.ndarray,
-    cost: np.ndarray,
-    compat: np.ndarray,
-    time_limit: float,
-) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | str:
-    """Build the LP column-wise and solve it: the optimum, x, y and the (class, type) of
-    each y; or a status on failure.
+def packing_lp(
+    demand: np.ndarray, counts: np.ndarray, alloc: np.ndarray, cost: np.ndarray, compat: np.ndarray
+) -> tuple[highspy.HighsLp, np.ndarray, np.ndarray]:
+    """The relaxation as a HiGHS model, built column-wise, and the (class, type) of each y.
 
     Columns: x_0..x_{T-1}, then one y per compatible (class, type) pair. Rows: one demand row
     per class (= n_c), then one capacity row per (type, resource) scaled by 1/alloc so every
@@ -304,8 +298,22 @@ def _solve(
     lp.a_matrix_.start_ = starts
     lp.a_matrix_.index_ = rows.astype(np.int32)
     lp.a_matrix_.value_ = vals
+    return lp, pair_c, pair_t
 
-    h = _highs()
+
+def _solve(
+    demand: np.ndarray,
+    counts: np.ndarray,
+    alloc: np.ndarray,
+    cost: np.ndarray,
+    compat: np.ndarray,
+    time_limit: float,
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | str:
+    """Solve the relaxation: the optimum, x, y and the (class, type) of each y; or a status
+    on failure."""
+    lp, pair_c, pair_t = packing_lp(demand, counts, alloc, cost, compat)
+    n_types = len(cost)
+    h = highs()
     h.setOptionValue("time_limit", float(time_limit))
     if h.passModel(lp) != highspy.HighsStatus.kOk:
         return ERROR

@@ -10,10 +10,13 @@ Upstream's algorithm, made fast and then cheaper:
 * Identical pods (replicas: same ``shape_key``) without topology or affinity are placed in
   batches: "how many more fit" is one vector operation over the instance types.
 * ``optimize``: upstream packs each new NodeClaim as full as the largest instance type
-  allows and right-sizes at the end. That is one strategy; the other sizes each new
-  NodeClaim by the type with the lowest price per pod for what is left of the group. Both
-  run and the cheaper plan wins (fewer unschedulable pods first), so the result is never
-  worse than upstream's packing.
+  allows and right-sizes at the end, which buys big general-purpose nodes for mixed
+  shapes. Optimized, replicas without topology constraints are first packed by an integer
+  program over node patterns (``integral.pack``, column generation on HiGHS) after
+  existing nodes took what they can; the other pods then follow the queue, joining a
+  claim only while that costs no more than a node sized for them. Should that leave pods
+  unplaced, upstream's packing runs as well and the plan with fewer unschedulable pods
+  (then the lower price) wins.
 * Preferences (preferred affinities, ScheduleAnyway spreads, PreferNoSchedule taints)
   count as hard until a pod cannot be placed; then they are relaxed one at a time in
   upstream's order.
@@ -30,7 +33,7 @@ import numpy as np
 
 from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, ZONE
 from provisioning.scheduling.bins import Bin, port_conflict
-from provisioning.scheduling.lpguide import class_key, lp_support
+from provisioning.scheduling.integral import pack
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
 from provisioning.scheduling.pods import Pod
 from provisioning.scheduling.pools import Daemon, PoolModel
@@ -49,7 +52,10 @@ from provisioning.scheduling.topology import (
 from provisioning.scheduling.workloads import ExistingNode
 
 BASE_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
-LARGEST, PER_POD, LP_GUIDED = "largest", "per-pod", "lp-guided"
+LARGEST, PACKED = "largest", "packed"
+# Seconds the integer packing of one NodePool may take: per pod it packs, within bounds
+# (small batches still get a fair search; huge ones keep the throughput).
+PACK_SECONDS_PER_POD, PACK_SECONDS_MIN, PACK_SECONDS_MAX = 0.0003, 0.1, 2.0
 # A claim may grow while its price rises by at most this much more than the pod alone costs.
 WORTH_IT_SLACK = 1.05
 # Claims that would have to grow to a bigger type are tried only this many at a time.
@@ -68,7 +74,6 @@ class _Run:
         strategy: str,
         deadline: float,
         clock: Callable[[], float],
-        support: dict[str, dict[tuple, frozenset[str]]] | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.strategy = strategy
@@ -81,9 +86,6 @@ class _Run:
             (PoolModel(p, self.resources, daemons) for p in snapshot.nodepools), key=lambda m: (-m.pool.weight, m.name)
         )
         self.prefer_no_schedule = any(t.effect == "PreferNoSchedule" for m in self.pools for t in m.taints)
-        # LP-guided packing: a pod's new claims prefer the types the LP gives its class.
-        self.support = support or {}
-        self._support_masks: dict[tuple, np.ndarray | None] = {}
         self.bins: list[Bin] = [self._existing(n) for n in snapshot.nodes]
         self.claims: list[Bin] = []
         self.counter = 0
@@ -167,6 +169,8 @@ class _Run:
         for pod in self.snapshot.pods:
             groups.setdefault(pod.shape_key, []).append(pod)
         order = sorted(groups.values(), key=_queue_order)
+        if self.strategy == PACKED:
+            order = self._pack_plain(order)
         retry: list[Pod] = []
         for group in order:
             if self.clock() > self.deadline:
@@ -476,7 +480,7 @@ class _Run:
         if requirements is None:
             return None
         mask = model.fits(model.type_mask(requirements), vector * count) & self._limit_mask(model, None)
-        mask = self._preferred(model, _prefer_ordinary(model, mask, vector, self.resources), pod)
+        mask = _prefer_ordinary(model, mask, vector, self.resources)
         if not mask.any() or not model.min_values_ok(requirements, mask):
             return None
         self.counter += 1
@@ -530,14 +534,7 @@ class _Run:
         """Place replicas without topology constraints a node at a time; returns leftovers."""
         pod, vector = group[0], self._vec(group[0])
         variant = self._variants_of(pod)[0]
-        queue = list(group)
-        for b in self.bins:
-            while queue and self._fits_existing(queue[0], variant, b, vector, 1):
-                free = b.free - b.used
-                room = int(np.min(np.where(vector > 0, free // np.where(vector > 0, vector, 1), len(queue))))
-                for p in queue[: max(1, room)]:
-                    self._commit(p, b, variant, vector)
-                queue = queue[max(1, room) :]
+        queue = self._fill_existing(group, variant, vector)
         key = (pod.shape_key, 0)
         for index in self._live_claims(key, vector):
             if not queue:
@@ -580,6 +577,116 @@ class _Run:
             return []
         return queue
 
+    def _fill_existing(self, group: list[Pod], variant: Variant, vector: np.ndarray) -> list[Pod]:
+        """Replicas onto existing nodes, a node at a time; returns the pods left."""
+        queue = list(group)
+        for b in self.bins:
+            while queue and self._fits_existing(queue[0], variant, b, vector, 1):
+                free = b.free - b.used
+                room = int(np.min(np.where(vector > 0, free // np.where(vector > 0, vector, 1), len(queue))))
+                for p in queue[: max(1, room)]:
+                    self._commit(p, b, variant, vector)
+                queue = queue[max(1, room) :]
+        return queue
+
+    # ---------------------------------------------------------------- integer packing
+
+    def _pack_plain(self, groups: list[list[Pod]]) -> list[list[Pod]]:
+        """Pack the replicas without topology constraints by the integer program
+        (``integral.pack``), per NodePool and node requirements, after existing nodes took
+        what they can; returns the groups (or parts) still to place, in queue order."""
+        rest: list[list[Pod]] = []
+        jobs: dict[tuple, list[tuple[list[Pod], Variant, np.ndarray]]] = {}
+        for group in groups:
+            pod = group[0]
+            if not (_plain(pod) and len(self._variants_of(pod)) == 1):
+                rest.append(group)
+                continue
+            variant, vector = self._variants_of(pod)[0], self._vec(pod)
+            queue = self._fill_existing(group, variant, vector)
+            if not queue:
+                continue
+            model = next((m for m in self.pools if self._may_open(pod, variant, m)), None)
+            if model is None or _has_min_values(model.requirements.merge(variant.requirements)):
+                rest.append(queue)
+                continue
+            jobs.setdefault((model.name, model.requirements.merge(variant.requirements)), []).append(
+                (queue, variant, vector)
+            )
+        for (name, requirements), classes in jobs.items():
+            model = next(m for m in self.pools if m.name == name)
+            left = self._pack_job(model, requirements, classes)
+            rest += [queue for queue in left if queue]
+        return sorted(rest, key=_queue_order)
+
+    def _may_open(self, pod: Pod, variant: Variant, model: PoolModel) -> bool:
+        return (
+            bool(len(model))
+            and untolerated(self._tolerations(pod, variant), model.taints) is None
+            and model.requirements.compatible(variant.requirements) is None
+        )
+
+    def _pack_job(
+        self, model: PoolModel, requirements: Requirements, classes: list[tuple[list[Pod], Variant, np.ndarray]]
+    ) -> list[list[Pod]]:
+        mask = model.type_mask(requirements) & self._limit_mask(model, None)
+        compat = np.array([_prefer_ordinary(model, mask, vector, self.resources) for _, _, vector in classes])
+        limits = self.remaining[model.name]
+        columns = {self.resources.index(k): v for k, v in limits.items() if k in self.resources}
+        packing = pack(
+            np.array([vector for _, _, vector in classes]),
+            np.array([len(queue) for queue, _, _ in classes]),
+            model.usable,
+            model.prices(requirements),
+            compat,
+            capacity=model.capacity,
+            limits={j: left - int(self._committed[model.name][j]) for j, left in columns.items()} or None,
+            node_limit=limits.get("nodes"),
+            time_limit=min(
+                max(PACK_SECONDS_MIN, min(PACK_SECONDS_MAX, PACK_SECONDS_PER_POD * sum(len(q) for q, _, _ in classes))),
+                max(0.0, self.deadline - self.clock()),
+            ),
+        )
+        queues = [iter(queue) for queue, _, _ in classes]  # replicas in queue order
+        refused: list[list[Pod]] = [[] for _ in classes]
+        for _, contents in packing.nodes:
+            if self.clock() > self.deadline:
+                break  # the rest go back to the queue, which reports them unreached
+            pods = [(c, next(queues[c])) for c, n in contents.items() for _ in range(n)]
+            if not self._open_packed(model, requirements, pods, classes):
+                for c, pod in pods:
+                    refused[c].append(pod)
+        return [refused[c] + list(queue) for c, queue in enumerate(queues)]
+
+    def _open_packed(self, model: PoolModel, requirements: Requirements, pods, classes) -> bool:
+        """A new claim holding ``pods`` (class index, pod) as the integer program packed them."""
+        used = np.sum([classes[c][2] for c, _ in pods], axis=0)
+        self.counter += 1
+        b = Bin(
+            f"{model.name}-{self.counter}",
+            requirements,
+            used,
+            model.taints,
+            pool=model,
+            idx=np.arange(len(model)),
+            origin=pods[0][1].key,
+        )
+        idx = self._narrow(b, requirements, used)
+        idx = idx[_prefer_ordinary(model, _mask(model, idx), used, self.resources)[idx]]
+        if not len(idx) or ("nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0):
+            self.counter -= 1
+            return False
+        self._set_idx(b, idx)
+        self._claim_index[id(b)] = len(self.claims)
+        self.claims.append(b)
+        self._update_room(b, len(self.claims) - 1)
+        if "nodes" in self.remaining[model.name]:
+            self.remaining[model.name]["nodes"] -= 1
+        self._commit_capacity(model, b)
+        for c, pod in pods:
+            self._commit(pod, b, classes[c][1], classes[c][2], add_usage=False)
+        return True
+
     def _new_claim_size(self, pod: Pod, variant: Variant, model: PoolModel, vector: np.ndarray, left: int) -> int:
         """How many of the ``left`` pods a new claim of this pool should take."""
         if not len(model) or model.requirements.compatible(variant.requirements) is not None:
@@ -588,7 +695,7 @@ class _Run:
         mask = _prefer_ordinary(
             model, model.type_mask(requirements) & self._limit_mask(model, None), vector, self.resources
         )
-        counts = np.minimum(model.max_copies(self._preferred(model, mask, pod), np.zeros_like(vector), vector), left)
+        counts = np.minimum(model.max_copies(mask, np.zeros_like(vector), vector), left)
         if not counts.any():
             return 0
         if self.strategy == LARGEST:
@@ -598,21 +705,6 @@ class _Run:
         best = float(per_pod.min())
         # Among types within 0.1 % of the best price per pod, take the most pods per node.
         return int(counts[per_pod <= best * 1.001].max())
-
-    def _preferred(self, model: PoolModel, mask: np.ndarray, pod: Pod) -> np.ndarray:
-        """``mask`` narrowed to the types the LP gives the pod's class, when that leaves any."""
-        classes = self.support.get(model.name)
-        if not classes:
-            return mask
-        key = (model.name, pod.shape_key)
-        if key not in self._support_masks:
-            types = classes.get(class_key(pod, variants(pod, False)[0].requirements))
-            self._support_masks[key] = np.isin(model.names, list(types)) if types else None
-        support = self._support_masks[key]
-        if support is None:
-            return mask
-        narrowed = mask & support
-        return narrowed if narrowed.any() else mask
 
     # ---------------------------------------------------------------- recording
 
@@ -744,19 +836,16 @@ def solve(snapshot: Snapshot, clock: Callable[[], float] = time.perf_counter) ->
     """Plan NodeClaims for the snapshot's pending pods (see the module docstring)."""
     start = clock()
     deadline = start + snapshot.deadline_seconds
-    strategies = (LARGEST, PER_POD, LP_GUIDED) if snapshot.optimize else (LARGEST,)
+    # Optimized: plain replicas by integer packing, the rest cost-aware; if that leaves pods
+    # unplaced that upstream's packing might place (limits, topology), upstream's runs too.
+    strategies = (PACKED, LARGEST) if snapshot.optimize else (LARGEST,)
     best: _Run | None = None
     for strategy in strategies:
-        support = None
-        if strategy == LP_GUIDED:
-            support = lp_support(snapshot, time_limit=max(0.0, min(10.0, deadline - clock())))
-            if not support:
-                continue
-        run = _Run(snapshot, strategy, deadline, clock, support)
+        run = _Run(snapshot, strategy, deadline, clock)
         run.run()
         if best is None or run.score() < best.score():
             best = run
-        if clock() > deadline:
+        if clock() > deadline or len(best.unschedulable) == len(best.unreached):
             break
     assert best is not None
     # Only the winner is turned into a plan (options, explanations): the rest is thrown away.
