@@ -83,6 +83,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
     )
     DATABASES["default"]["OPTIONS"]["timeout"] = 20
+    # Tests use a file, not memory, so a Celery worker process can open the same database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-karpweb.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Unset means "not configured": `make run` starts the embedded Redis and sets it for
@@ -127,6 +129,22 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = KARPWEB_MAX_MANIFEST_BYTES + 64 * 1024
 
 KARPWEB_BATCH_IDLE_SECONDS = env_float("KARPWEB_BATCH_IDLE_SECONDS", 1.0)
 KARPWEB_BATCH_MAX_SECONDS = env_float("KARPWEB_BATCH_MAX_SECONDS", 10.0)
+# The cluster: "simulated" (pods and nodes in the database, the embedded default) or
+# "kubernetes" (in-cluster, or the kubeconfig in KUBECONFIG).
+KARPWEB_CLUSTER = env_str("KARPWEB_CLUSTER", "simulated").strip().lower() or "simulated"
+if KARPWEB_CLUSTER not in ("simulated", "kubernetes"):
+    raise ImproperlyConfigured(f"KARPWEB_CLUSTER={KARPWEB_CLUSTER!r}: expected simulated or kubernetes")
+# The simulated kubelet registers a launched instance as a Node after this many seconds.
+KARPWEB_SIM_KUBELET_DELAY_SECONDS = env_float("KARPWEB_SIM_KUBELET_DELAY_SECONDS", 2.0)
+# A launched NodeClaim whose node has not registered by then is terminated (upstream: 15 min).
+KARPWEB_REGISTRATION_TIMEOUT_SECONDS = env_float("KARPWEB_REGISTRATION_TIMEOUT_SECONDS", 15 * 60)
+# A claim left "launching" this long had its worker die mid-call: it is launched again
+# (the same ClientToken, so never a second instance).
+KARPWEB_LAUNCH_STUCK_SECONDS = env_float("KARPWEB_LAUNCH_STUCK_SECONDS", 120)
+# Consolidation may replace spot with cheaper spot only when this is on (as upstream's gate).
+KARPWEB_SPOT_TO_SPOT_CONSOLIDATION = env_bool("KARPWEB_SPOT_TO_SPOT_CONSOLIDATION", False)
+# The demo workload (Deployments that scale over time) on the simulated cluster.
+KARPWEB_DEMO_WORKLOAD = env_bool("KARPWEB_DEMO_WORKLOAD", False)
 
 CELERY_BROKER_URL = REDIS_URL or "redis://127.0.0.1:6379/0"
 CELERY_RESULT_BACKEND = None
@@ -171,4 +189,13 @@ CELERY_BEAT_SCHEDULE = {
     "refresh-catalog": {"task": "provisioning.tasks.refresh_catalog", "schedule": 12 * 60 * 60.0},
     "resolve-nodeclasses": {"task": "provisioning.tasks.resolve_nodeclasses", "schedule": 60.0},
     "collect-garbage": {"task": "provisioning.tasks.collect_garbage", "schedule": 120.0},
+    # Pending pods found again after a lost window (Redis restart) or a missed event.
+    "sweep-pending": {"task": "provisioning.tasks.sweep_pending", "schedule": 5.0},
+    "nodeclaim-lifecycle": {"task": "provisioning.tasks.nodeclaim_lifecycle", "schedule": 30.0},
+    "disruption": {"task": "provisioning.tasks.disrupt", "schedule": 10.0},
 }
+if KARPWEB_CLUSTER == "simulated":
+    # The simulated kubelet and scheduler.
+    CELERY_BEAT_SCHEDULE["sim-tick"] = {"task": "provisioning.tasks.sim_tick", "schedule": 1.0}
+if KARPWEB_DEMO_WORKLOAD:
+    CELERY_BEAT_SCHEDULE["demo-workload"] = {"task": "provisioning.tasks.demo_workload", "schedule": 20.0}

@@ -213,9 +213,19 @@ class NodeClaim(models.Model):
     node_name = models.CharField(max_length=253, blank=True)
     launch_attempts = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    launch_started_at = models.DateTimeField(null=True, blank=True)  # a worker began the cloud call
     launched_at = models.DateTimeField(null=True, blank=True)
     registered_at = models.DateTimeField(null=True, blank=True)
+    initialized_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # Why it exists: the provisioning batch that planned it, or the disruption it replaces.
+    decision = models.ForeignKey("Decision", null=True, blank=True, on_delete=models.SET_NULL, related_name="claims")
+    disruption = models.ForeignKey(
+        "Disruption", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacements"
+    )
+    pods = models.JSONField(default=list, blank=True)  # "ns/name" the plan put on it
+    why = models.TextField(blank=True)  # why its instance type won
+    alternatives = models.JSONField(default=list, blank=True)  # the next options with prices
 
     class Meta:
         ordering = ["-created_at", "name"]
@@ -229,6 +239,117 @@ class NodeClaim(models.Model):
 
     def move(self, old: str | tuple[str, ...], new: str, **fields: Any) -> bool:
         """Conditional state change: True only for the one caller that made it."""
+        olds = (old,) if isinstance(old, str) else old
+        updated = type(self).objects.filter(pk=self.pk, state__in=olds).update(state=new, **fields)
+        if updated == 1:
+            self.state = new
+            for key, value in fields.items():
+                setattr(self, key, value)
+        return updated == 1
+
+
+class ClusterPod(models.Model):
+    """A pod as the pipeline knows it: the simulated cluster's own pods, or a mirror of the
+    real cluster's (watched). ``manifest`` is the pod as the API returns it."""
+
+    class Phase(models.TextChoices):
+        PENDING = "Pending"
+        RUNNING = "Running"
+
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    manifest = models.JSONField(default=dict)
+    phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PENDING, db_index=True)
+    node_name = models.CharField(max_length=253, blank=True, db_index=True)
+    # The NodeClaim planned for it while that claim is in flight (upstream's nomination).
+    nominated = models.CharField(max_length=253, blank=True, db_index=True)
+    unschedulable_reason = models.TextField(blank=True)
+    owner = models.CharField(max_length=253, blank=True, db_index=True)  # "Deployment/web" (simulated workloads)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    bound_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="cluster_pod_unique_name")]
+        ordering = ["namespace", "name"]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class ClusterNode(models.Model):
+    """A node of the cluster (simulated kubelet's, or mirrored); ``manifest`` as the API has it."""
+
+    name = models.CharField(max_length=253, unique=True)
+    manifest = models.JSONField(default=dict)
+    nodeclaim = models.CharField(max_length=253, blank=True, db_index=True)
+    nodepool = models.CharField(max_length=253, blank=True, db_index=True)
+    instance_id = models.CharField(max_length=32, blank=True)
+    ready = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # When a pod last landed on or left it: consolidateAfter counts from here.
+    last_pod_change_at = models.DateTimeField(null=True, blank=True)
+    disruption_note = models.TextField(blank=True)  # why it is (not) a disruption candidate now
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Decision(models.Model):
+    """One provisioning run: the pods it saw, the NodeClaims it planned, the pods it could not
+    place with their reasons, and how long each step took."""
+
+    started_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    pods = models.JSONField(default=list)  # "ns/name" of every pending pod considered
+    unschedulable = models.JSONField(default=list)  # [{"pod", "reason"}]
+    timings = models.JSONField(default=dict)  # {"window": s, "snapshot": s, "solve": s, "record": s}
+    catalog_version = models.CharField(max_length=128, blank=True)
+    total_price_per_hour = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    notes = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"decision {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Disruption(models.Model):
+    """One disruption command and its steps: planned, validated 15 s later, replacements
+    launched, nodes drained and terminated."""
+
+    class State(models.TextChoices):
+        PLANNED = "planned"
+        REPLACING = "replacing"  # waiting for replacements to initialize
+        DRAINING = "draining"
+        DONE = "done"
+        CANCELLED = "cancelled"  # no longer valid when re-checked
+
+    reason = models.CharField(max_length=32)  # Empty, Drifted, Underutilized, Expired
+    nodes = models.JSONField(default=list)  # node names
+    nodeclaims = models.JSONField(default=list)
+    replacement_plan = models.JSONField(default=list)  # [{"instanceType", "capacityType", "price", "pods"}]
+    savings_per_hour = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    explanation = models.TextField(blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PLANNED, db_index=True)
+    message = models.TextField(blank=True)
+    planned_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-planned_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.reason} {', '.join(self.nodes)}"
+
+    def move(self, old: str | tuple[str, ...], new: str, **fields: Any) -> bool:
         olds = (old,) if isinstance(old, str) else old
         updated = type(self).objects.filter(pk=self.pk, state__in=olds).update(state=new, **fields)
         if updated == 1:

@@ -76,6 +76,110 @@ def collect_garbage() -> list[str]:
     return cloud.collect_garbage()
 
 
+# ------------------------------------------------------------------ provisioning
+
+
+def pods_pending() -> None:
+    """Pending pods were seen: open or extend the batch window; the caller that opens it
+    schedules the window's check."""
+    from provisioning.services import provision
+
+    if provision.note_pending():
+        batch_window.apply_async(countdown=provision.idle_seconds())
+
+
+@shared_task(name="provisioning.tasks.batch_window", ignore_result=True)
+def batch_window() -> dict[str, Any]:
+    """Close the batch window when it is due (1 s idle or 10 s in all), then provision."""
+    from provisioning.services import provision as service
+
+    wait = service.window_wait()
+    if wait > 0:
+        batch_window.apply_async(countdown=wait)
+        return {"wait": wait}
+    return provision()
+
+
+@shared_task(name="provisioning.tasks.provision")
+def provision() -> dict[str, Any]:
+    """One provisioning run over every pending pod (single: a Redis lock)."""
+    from provisioning.services import provision as service
+
+    decision = service.provision()
+    if decision is None:
+        return {"decision": None}
+    return {
+        "decision": decision.pk,
+        "nodeclaims": decision.claims.count(),
+        "unschedulable": len(decision.unschedulable),
+    }
+
+
+@shared_task(name="provisioning.tasks.sweep_pending", ignore_result=True)
+def sweep_pending() -> bool:
+    """Pending pods nobody is provisioning for (a window lost with Redis, a missed event)
+    open a window again."""
+    from provisioning.services import provision as service
+
+    if service.pending_pods().filter(unschedulable_reason="").exists() or _unplanned_since_last_decision():
+        pods_pending()
+        return True
+    return False
+
+
+def _unplanned_since_last_decision() -> bool:
+    """Pods that arrived after the last decision and are still waiting."""
+    from provisioning.models import Decision
+    from provisioning.services import provision as service
+
+    last = Decision.objects.order_by("-started_at").values_list("started_at", flat=True).first()
+    pending = service.pending_pods()
+    return pending.exists() if last is None else pending.filter(created_at__gt=last).exists()
+
+
+@shared_task(name="provisioning.tasks.nodeclaim_lifecycle", ignore_result=True)
+def nodeclaim_lifecycle() -> dict[str, Any]:
+    """Registration timeouts (terminate, pods pending again) and claims a dead worker left
+    launching (launched again, idempotently)."""
+    from provisioning.services import provision as service
+
+    return {"expired": service.expire_unregistered(), "relaunched": service.relaunch_stuck()}
+
+
+@shared_task(name="provisioning.tasks.sim_tick", ignore_result=True)
+def sim_tick() -> dict[str, Any]:
+    """The simulated kubelet (launched claims become Ready nodes) and scheduler (pending
+    pods bind to nodes that fit)."""
+    from django.conf import settings
+
+    from provisioning.cluster import simulated
+    from provisioning.services.catalog import load_catalog
+    from provisioning.services.simulate import default_solver
+
+    catalog = load_catalog()
+    registered = simulated.register_launched(settings.KARPWEB_SIM_KUBELET_DELAY_SECONDS, catalog.instance_type)
+    bound = simulated.bind_pending(default_solver())
+    return {"registered": registered, "bound": bound}
+
+
+@shared_task(name="provisioning.tasks.demo_workload", ignore_result=True)
+def demo_workload() -> dict[str, int]:
+    from provisioning.services import demo
+
+    replicas = demo.step()
+    pods_pending()
+    return replicas
+
+
+@shared_task(name="provisioning.tasks.disrupt", ignore_result=True)
+def disrupt() -> dict[str, Any]:
+    """One disruption round (every 10 s): advance the command in progress or plan one."""
+    from provisioning.services import disruption as service
+
+    current = service.run()
+    return {"disruption": current.pk if current else None, "state": current.state if current else None}
+
+
 @worker_ready.connect
 def _warm_up(sender: Any = None, **kwargs: Any) -> None:
     # Beat's first 12-hourly refresh would come 12 h after start: refresh now instead, and

@@ -114,7 +114,9 @@ def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeC
     written on the claim as a reason for people.
     """
     claim = NodeClaim.objects.filter(pk=claim_id).first()
-    if claim is None or not claim.move(NodeClaim.State.PENDING, NodeClaim.State.LAUNCHING):
+    if claim is None or not claim.move(
+        NodeClaim.State.PENDING, NodeClaim.State.LAUNCHING, launch_started_at=timezone.now()
+    ):
         return None
     NodeClaim.objects.filter(pk=claim.pk).update(launch_attempts=F("launch_attempts") + 1)
     cloud = cloud or get_cloud()

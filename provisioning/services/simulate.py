@@ -74,11 +74,13 @@ def build_snapshot(
     region: str = DEFAULT_REGION,
     catalog: Catalog | None = None,
     zones: Sequence[str] | None = None,
+    unavailable: Callable[[str], bool] | None = None,
 ) -> tuple[Snapshot, list[str]]:
     """The solver's input for ``documents`` (parsed YAML/JSON), and notes for people.
 
     ``catalog`` defaults to the bundled snapshot of ``region``; ``zones`` (``us-east-1a`` or
-    just ``a``) limits the offerings to those zones, as subnets in only those zones would.
+    just ``a``) limits the offerings to those zones, as subnets in only those zones would;
+    ``unavailable`` (the ICE cache) marks offerings that cannot be launched now.
     Raises :class:`SimulateError` on invalid input.
     """
     if catalog is None:
@@ -101,7 +103,9 @@ def build_snapshot(
     nodeclasses, nodepools = _validate_policies(workloads.policies, catalog, notes)
     inputs = []
     for name, spec in nodepools:
-        nodepool = _nodepool_input(name, spec, nodeclasses, catalog, resolved_zones, workloads.nodes, notes)
+        nodepool = _nodepool_input(
+            name, spec, nodeclasses, catalog, resolved_zones, workloads.nodes, notes, unavailable
+        )
         if nodepool is not None:
             inputs.append(nodepool)
     if not nodepools:
@@ -182,6 +186,7 @@ def _nodepool_input(
     zones: tuple[str, ...] | None,
     nodes: Sequence[ExistingNode],
     notes: list[str],
+    unavailable: Callable[[str], bool] | None = None,
 ) -> NodePoolInput | None:
     where = f"NodePool {name}"
     if spec.get("replicas") is not None:
@@ -218,7 +223,10 @@ def _nodepool_input(
     if zones is not None:
         subnets = tuple(Subnet(f"subnet-{zone}", zone, catalog.zone_ids.get(zone, "")) for zone in zones)
         resolved = ResolvedNodeClass(name=ref, ami_family="", subnets=subnets)
-    instance_types = tuple(catalog.instance_types(nodeclass_spec, resolved))
+    if unavailable is None:
+        instance_types = tuple(catalog.instance_types(nodeclass_spec, resolved))
+    else:
+        instance_types = tuple(catalog.instance_types(nodeclass_spec, resolved, unavailable))
     if not instance_types:
         notes.append(f"{where}: EC2NodeClass {ref!r} can launch no instance type of {catalog.region}")
 

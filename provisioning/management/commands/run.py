@@ -45,6 +45,8 @@ class Command(BaseCommand):
             for step in (["migrate", "--noinput"], ["ensure_admin"], [] if no_demo else ["seed_demo"]):
                 if step and subprocess.run(manage + step, env=env, check=False).returncode != 0:
                     raise CommandError(f"manage.py {' '.join(step)} failed")
+            if not no_demo and settings.KARPWEB_CLUSTER == "simulated":
+                env.setdefault("KARPWEB_DEMO_WORKLOAD", "1")  # Deployments that scale over time
             env.setdefault("WEB_CONCURRENCY", "2")
             env["KARPWEB_ROLE"] = "web"
             env["BIND"] = f"127.0.0.1:{port}"

@@ -1,0 +1,96 @@
+"""The ``Cluster`` protocol: what the pipeline needs from Kubernetes.
+
+Objects cross it as Kubernetes manifests (plain dicts shaped as the API returns them:
+``metadata``, ``spec``, ``status``), so the solver's parsers (``scheduling.workloads``) read
+pods, nodes and DaemonSets from either cluster the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Manifest = dict[str, Any]
+
+DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
+class ClusterError(Exception):
+    """The cluster refused or failed a call; ``retryable`` when trying again may work."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class Conflict(ClusterError):
+    """A write carried a stale resourceVersion (HTTP 409)."""
+
+    def __init__(self, message: str, current: Manifest | None = None) -> None:
+        super().__init__(message, retryable=False)
+        self.current = current
+
+
+@dataclass(frozen=True)
+class Event:
+    """One change seen by a watch: ``type`` ADDED, MODIFIED or DELETED, and the object."""
+
+    type: str
+    kind: str  # Pod, Node, NodePool, EC2NodeClass
+    object: Manifest = field(default_factory=dict)
+
+
+def is_pending(pod: Manifest) -> bool:
+    """Pending as the provisioner sees it: not bound, PodScheduled False with reason
+    Unschedulable, not terminating, and not a DaemonSet's pod (the DaemonSet controller
+    places those)."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    if spec.get("nodeName") or meta.get("deletionTimestamp"):
+        return False
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or ()):
+        return False
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in status.get("conditions") or ()
+    )
+
+
+class Cluster(Protocol):
+    """The pipeline's view of a cluster. Reads return manifests; writes raise ClusterError."""
+
+    # -- reads
+    def pods(self) -> list[Manifest]:
+        """Every pod (pending and bound), terminal ones excluded."""
+
+    def nodes(self) -> list[Manifest]: ...
+
+    def daemonsets(self) -> list[Manifest]: ...
+
+    def pdbs(self) -> list[Manifest]:
+        """PodDisruptionBudgets (policy/v1), with status.disruptionsAllowed."""
+
+    # -- NodeClaims (karpenter.sh/v1), so kubectl shows what the provisioner decided
+    def create_nodeclaim(self, manifest: Manifest) -> None:
+        """Create (idempotent: an existing claim of that name is left as it is)."""
+
+    def delete_nodeclaim(self, name: str) -> None: ...
+
+    # -- nodes
+    def cordon(self, node: str) -> None: ...
+
+    def taint(self, node: str, taint: Manifest) -> None:
+        """Add ``taint`` unless the node has it already."""
+
+    def evict(self, namespace: str, name: str) -> bool:
+        """Evict through the Eviction API; False when a PodDisruptionBudget refuses (429)."""
+
+    def delete_node(self, node: str) -> None: ...
+
+    # -- watching
+    def watch(self, handle: Callable[[Event], None], kinds: Iterable[str], stop: Callable[[], bool]) -> None:
+        """List then watch ``kinds`` (from a resourceVersion, relisting on 410 Gone), calling
+        ``handle`` for every object listed (as ADDED) and every change, until ``stop()``."""

@@ -1,0 +1,347 @@
+"""The embedded default cluster: pods and nodes are rows (``ClusterPod``, ``ClusterNode``).
+
+Workloads submitted with ``manage.py sim apply`` become pods named as ``simulate`` names
+them (``<workload>-<i>``). A simulated kubelet turns launched NodeClaims into Ready nodes
+after a delay, and a simulated scheduler binds pending pods to Ready nodes that fit them,
+through THE solver with no NodePool (so only existing nodes count), never a second copy of
+its rules.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from provisioning.cluster.base import Event, Manifest
+from provisioning.models import ClusterNode, ClusterPod, NodeClaim
+from provisioning.scheduling.instancetypes import InstanceType
+from provisioning.scheduling.snapshot import Snapshot
+from provisioning.scheduling.workloads import REPLICATED_KINDS, expand_all
+
+log = logging.getLogger(__name__)
+
+POD_KINDS = ("Pod", *REPLICATED_KINDS, "Job")
+
+
+# ------------------------------------------------------------------ the Cluster protocol
+
+
+class SimulatedCluster:
+    """``Cluster`` over the database rows."""
+
+    def pods(self) -> list[Manifest]:
+        return [pod_manifest(p) for p in ClusterPod.objects.all()]
+
+    def nodes(self) -> list[Manifest]:
+        return [n.manifest for n in ClusterNode.objects.all()]
+
+    def daemonsets(self) -> list[Manifest]:
+        return []
+
+    def pdbs(self) -> list[Manifest]:
+        return []
+
+    def create_nodeclaim(self, manifest: Manifest) -> None:
+        """The NodeClaim row is the record here; nothing else to create."""
+
+    def delete_nodeclaim(self, name: str) -> None:
+        """As above."""
+
+    def cordon(self, node: str) -> None:
+        self._edit(node, lambda m: m.setdefault("spec", {}).__setitem__("unschedulable", True))
+
+    def taint(self, node: str, taint: Manifest) -> None:
+        def add(manifest: Manifest) -> None:
+            taints = manifest.setdefault("spec", {}).setdefault("taints", [])
+            if not any(t.get("key") == taint["key"] and t.get("effect") == taint["effect"] for t in taints):
+                taints.append(dict(taint))
+
+        self._edit(node, add)
+
+    def evict(self, namespace: str, name: str) -> bool:
+        """The workload's controller recreates an evicted pod: it is pending again."""
+        ClusterPod.objects.filter(namespace=namespace, name=name).update(
+            phase=ClusterPod.Phase.PENDING, node_name="", nominated="", bound_at=None
+        )
+        return True
+
+    def delete_node(self, node: str) -> None:
+        with transaction.atomic():
+            ClusterPod.objects.filter(node_name=node).update(
+                phase=ClusterPod.Phase.PENDING, node_name="", nominated="", bound_at=None
+            )
+            ClusterNode.objects.filter(name=node).delete()
+
+    def watch(self, handle: Callable[[Event], None], kinds: Iterable[str], stop: Callable[[], bool]) -> None:
+        """Nothing to watch: submissions call the pipeline directly."""
+
+    @staticmethod
+    def _edit(node: str, change: Callable[[Manifest], None]) -> None:
+        with transaction.atomic():
+            row = ClusterNode.objects.select_for_update().filter(name=node).first()
+            if row is None:
+                return
+            manifest = copy.deepcopy(row.manifest)
+            change(manifest)
+            row.manifest = manifest
+            row.save(update_fields=["manifest"])
+
+
+# ------------------------------------------------------------------ manifests
+
+
+def pod_manifest(pod: ClusterPod) -> Manifest:
+    """The pod as the API would show it: bound (``spec.nodeName``, Running) or pending
+    (PodScheduled False, Unschedulable)."""
+    manifest = copy.deepcopy(pod.manifest)
+    metadata = manifest.setdefault("metadata", {})
+    metadata.update(namespace=pod.namespace, name=pod.name, uid=str(pod.uid))
+    metadata.setdefault("creationTimestamp", pod.created_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    spec = manifest.setdefault("spec", {})
+    if pod.node_name:
+        spec["nodeName"] = pod.node_name
+        manifest["status"] = {"phase": "Running"}
+    else:
+        spec.pop("nodeName", None)
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        if pod.unschedulable_reason:
+            condition["message"] = pod.unschedulable_reason
+        manifest["status"] = {"phase": "Pending", "conditions": [condition]}
+    return manifest
+
+
+def node_manifest(
+    name: str,
+    instance_type: InstanceType,
+    *,
+    zone: str,
+    capacity_type: str,
+    nodepool: str,
+    labels: dict[str, str] | None = None,
+    taints: Sequence[Manifest] = (),
+    provider_id: str = "",
+    ready: bool = True,
+) -> Manifest:
+    """A Node with the labels, taints and allocatable of its instance type."""
+    all_labels = {
+        **instance_type.labels,
+        **(labels or {}),
+        "kubernetes.io/hostname": name,
+        "topology.kubernetes.io/zone": zone,
+        "karpenter.sh/capacity-type": capacity_type,
+        "karpenter.sh/nodepool": nodepool,
+        "node.kubernetes.io/instance-type": instance_type.name,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": all_labels},
+        "spec": {"providerID": provider_id, "taints": [dict(t) for t in taints]},
+        "status": {
+            "capacity": _quantities(instance_type.capacity),
+            "allocatable": _quantities(instance_type.allocatable),
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def _quantities(amounts: dict[str, int]) -> dict[str, str]:
+    return {k: (f"{v}m" if k == "cpu" else str(v)) for k, v in amounts.items()}
+
+
+# ------------------------------------------------------------------ workloads
+
+
+class SubmitError(ValueError):
+    """Invalid workload documents; the message names the document and field."""
+
+
+def workload_pods(documents: Sequence[Any]) -> tuple[list[Manifest], list[str]]:
+    """Pod manifests for the workloads in ``documents`` (named as ``simulate`` names them),
+    and notes for the documents skipped. Validated by the solver's parser first."""
+    from provisioning.scheduling.pods import PodError
+
+    try:
+        workloads = expand_all(documents)
+    except PodError as exc:
+        raise SubmitError(str(exc)) from None
+    notes = [f"skipped {s.kind} {s.name}".strip() for s in workloads.skipped]
+    pods: list[Manifest] = []
+    for document in documents:
+        if not isinstance(document, dict) or document.get("kind") not in POD_KINDS:
+            continue
+        pods += _materialize(document)
+    return pods, notes
+
+
+def _materialize(document: Manifest) -> list[Manifest]:
+    kind = document["kind"]
+    metadata = document.get("metadata") or {}
+    namespace = metadata.get("namespace") or "default"
+    if kind == "Pod":
+        manifest = copy.deepcopy(document)
+        manifest.setdefault("metadata", {})["namespace"] = namespace
+        return [manifest]
+    spec = document.get("spec") or {}
+    template = spec.get("template") or {}
+    if kind == "Job":
+        count = 0 if spec.get("suspend") else int(spec.get("parallelism", 1))
+    else:
+        count = int(spec.get("replicas", 1))
+    name = metadata["name"]
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-{i}",
+                "namespace": namespace,
+                "labels": labels,
+                "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                "ownerReferences": [{"kind": kind, "name": name}],
+            },
+            "spec": copy.deepcopy(template.get("spec") or {}),
+        }
+        for i in range(count)
+    ]
+
+
+def apply_pods(manifests: Sequence[Manifest]) -> list[str]:
+    """Create the pods that do not exist yet (pending); returns the keys created."""
+    created = []
+    for manifest in manifests:
+        meta = manifest["metadata"]
+        owner = next(iter(meta.get("ownerReferences") or []), None)
+        _, made = ClusterPod.objects.get_or_create(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            defaults={"manifest": manifest, "owner": f"{owner['kind']}/{owner['name']}" if owner else ""},
+        )
+        if made:
+            created.append(f"{meta['namespace']}/{meta['name']}")
+    return created
+
+
+def delete_pods(manifests: Sequence[Manifest]) -> int:
+    deleted = 0
+    for manifest in manifests:
+        meta = manifest["metadata"]
+        pod = ClusterPod.objects.filter(namespace=meta["namespace"], name=meta["name"]).first()
+        if pod is not None:
+            _touch(pod.node_name)
+            pod.delete()
+            deleted += 1
+    return deleted
+
+
+def scale(namespace: str, kind: str, name: str, template: Manifest, replicas: int) -> tuple[list[str], int]:
+    """Set a simulated workload's replicas: create the missing pods, delete the extra ones."""
+    document = {
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": replicas, "template": template},
+    }
+    created = apply_pods(_materialize(document))
+    extra = ClusterPod.objects.filter(namespace=namespace, owner=f"{kind}/{name}")
+    removed = 0
+    for pod in extra:
+        index = pod.name.rsplit("-", 1)[-1]
+        if index.isdigit() and int(index) >= replicas:
+            _touch(pod.node_name)
+            pod.delete()
+            removed += 1
+    return created, removed
+
+
+def _touch(node_name: str) -> None:
+    if node_name:
+        ClusterNode.objects.filter(name=node_name).update(last_pod_change_at=timezone.now())
+
+
+# ------------------------------------------------------------------ kubelet and scheduler
+
+
+def register_launched(delay_seconds: float, instance_type_of: Callable[[str], InstanceType | None]) -> list[str]:
+    """The simulated kubelet: every claim launched at least ``delay_seconds`` ago gets its
+    Node (Ready, with its instance type's labels, taints and allocatable); the claim moves
+    Launched → Registered → Initialized."""
+    cutoff = timezone.now() - timedelta(seconds=delay_seconds)
+    registered = []
+    for claim in NodeClaim.objects.filter(state=NodeClaim.State.LAUNCHED, launched_at__lte=cutoff):
+        it = instance_type_of(claim.instance_type)
+        if it is None:
+            log.warning("nodeclaim %s: instance type %s is not in the catalog", claim.name, claim.instance_type)
+            continue
+        name = f"ip-{claim.instance_id.removeprefix('i-')[:12]}.ec2.internal"
+        labels = {r["key"]: r["values"][0] for r in claim.spec.get("requirements", []) if _single(r)}
+        manifest = node_manifest(
+            name,
+            it,
+            zone=claim.zone,
+            capacity_type=claim.capacity_type,
+            nodepool=claim.nodepool_name,
+            labels=labels,
+            taints=claim.spec.get("taints") or (),
+            provider_id=claim.provider_id,
+        )
+        now = timezone.now()
+        with transaction.atomic():
+            if not claim.move(NodeClaim.State.LAUNCHED, NodeClaim.State.REGISTERED, node_name=name, registered_at=now):
+                continue
+            ClusterNode.objects.update_or_create(
+                name=name,
+                defaults={
+                    "manifest": manifest,
+                    "nodeclaim": claim.name,
+                    "nodepool": claim.nodepool_name,
+                    "instance_id": claim.instance_id,
+                    "ready": True,
+                    "last_pod_change_at": now,
+                },
+            )
+            claim.move(NodeClaim.State.REGISTERED, NodeClaim.State.INITIALIZED, initialized_at=now)
+        registered.append(name)
+    return registered
+
+
+def _single(requirement: Manifest) -> bool:
+    return requirement.get("operator") == "In" and len(requirement.get("values") or []) == 1
+
+
+def bind_pending(solve: Callable[[Snapshot], Any]) -> int:
+    """The simulated scheduler: bind pending pods to Ready nodes that fit them, as the
+    solver places pods on existing nodes (no NodePool in the snapshot, so nothing new)."""
+    pending = list(ClusterPod.objects.filter(node_name=""))
+    if not pending:
+        return 0
+    ready = list(ClusterNode.objects.filter(ready=True))
+    if not ready:
+        return 0
+    bound_pods = ClusterPod.objects.exclude(node_name="")
+    documents = (
+        [n.manifest for n in ready]
+        + [pod_manifest(p) for p in bound_pods if p.node_name]
+        + [pod_manifest(p) for p in pending]
+    )
+    workloads = expand_all(documents)
+    plan = solve(Snapshot(pods=workloads.pending, nodepools=(), nodes=workloads.nodes))
+    by_key = {p.key: p for p in pending}
+    now = timezone.now()
+    bound = 0
+    for node, keys in plan.existing.items():
+        for key in keys:
+            pod = by_key.get(key)
+            if pod is None:
+                continue
+            bound += ClusterPod.objects.filter(pk=pod.pk, node_name="").update(
+                node_name=node, phase=ClusterPod.Phase.RUNNING, bound_at=now, nominated="", unschedulable_reason=""
+            )
+        ClusterNode.objects.filter(name=node).update(last_pod_change_at=now)
+    return bound

@@ -1,0 +1,43 @@
+"""``consolidationPolicy: Balanced`` (upstream v1.14): a move must be worth its disruption.
+
+For each Balanced NodePool a move touches: (the pool's share of the savings / the pool's total
+cost) ÷ (the move's disruption in the pool / the pool's total disruption) must reach 1/k with
+k = 2. Savings are split between pools by each pool's share of the removed nodes' prices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from provisioning.disruption.candidates import disruption_cost
+from provisioning.disruption.model import BALANCED, Candidate, PoolPolicy
+
+BALANCED_K = 2.0
+
+
+def balanced_refusal(
+    move: Sequence[Candidate],
+    savings: float,
+    pool_nodes: Mapping[str, Sequence[Candidate]],
+    policies: Mapping[str, PoolPolicy],
+) -> str | None:
+    """Why a Balanced pool refuses the move, or None when every Balanced pool accepts it."""
+    source = sum(c.price_per_hour for c in move)
+    for name in sorted({c.nodepool for c in move}):
+        policy = policies.get(name)
+        if policy is None or policy.consolidation_policy != BALANCED:
+            continue
+        mine = [c for c in move if c.nodepool == name]
+        pool_cost = sum(c.price_per_hour for c in pool_nodes.get(name, mine))
+        pool_disruption = sum(disruption_cost(c) for c in pool_nodes.get(name, mine))
+        if pool_cost <= 0 or pool_disruption <= 0 or source <= 0:
+            continue
+        saved = savings * sum(c.price_per_hour for c in mine) / source / pool_cost
+        disrupted = sum(disruption_cost(c) for c in mine) / pool_disruption
+        score = saved / disrupted
+        if score < 1 / BALANCED_K:
+            return (
+                f"NodePool {name} is Balanced: this move saves {saved:.0%} of the pool's cost for {disrupted:.0%} "
+                f"of its disruption (score {score:.2f}; it needs at least {1 / BALANCED_K:.2f})"
+            )
+    return None

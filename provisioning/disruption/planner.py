@@ -1,0 +1,379 @@
+"""The disruption round: which nodes to remove now, and with what in their place.
+
+``plan`` runs upstream's methods over a picture of the cluster taken by the caller:
+
+1. Expiration, always: a node past its NodePool's ``expireAfter`` is deleted at once
+   (forceful: no budget, no do-not-disrupt, no replacement first; its pods are provisioned anew).
+2. Then the first of these that finds something wins the round, as in upstream's loop:
+   emptiness (every empty node, one delete command), drift (the empty drifted nodes, else one
+   drifted node replaced), multi-node consolidation (the largest prefix of the sorted candidates
+   that one cheaper node, or none, can replace) and single-node consolidation (the first
+   candidate that can be deleted or replaced by a cheaper node).
+
+Every simulation is a run of THE solver on the cluster without the nodes in question. Budgets
+are counted per NodePool and reason. Every candidate left alone gets a sentence saying why.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+from provisioning.disruption import budgets
+from provisioning.disruption.balanced import balanced_refusal
+from provisioning.disruption.candidates import (
+    consolidation_order,
+    describe_pods,
+    expired,
+    interleave_pools,
+    not_consolidatable,
+)
+from provisioning.disruption.model import (
+    DRIFTED,
+    EMPTY,
+    EXPIRED,
+    UNDERUTILIZED,
+    Candidate,
+    Command,
+    DisruptionPlan,
+    PoolPolicy,
+)
+from provisioning.disruption.pricing import price_replacement, worst_launch_price
+from provisioning.disruption.simulation import Solve, simulate
+from provisioning.disruption.text import duration, money, nodes_phrase, plural
+from provisioning.scheduling.plan import ClaimPlan
+from provisioning.scheduling.snapshot import Snapshot
+
+MAX_MULTI_NODE_CANDIDATES = 100  # upstream's bound on one multi-node consolidation
+
+
+def plan(
+    candidates: Sequence[Candidate],
+    policies: Mapping[str, PoolPolicy],
+    cluster: Snapshot,
+    now: float,
+    *,
+    spot_to_spot: bool = False,
+    solve: Solve | None = None,
+) -> DisruptionPlan:
+    """Plan this round's disruptions.
+
+    ``candidates`` are the Karpenter-managed nodes (those already disrupting included: they use
+    up budgets, and their pods need a home in every simulation). ``cluster`` is the whole
+    cluster as a solver snapshot: every node that can take pods (in-flight NodeClaims included)
+    with the pods bound to it, the NodePools with their instance types, the DaemonSets; no
+    pending pods. ``spot_to_spot`` is upstream's SpotToSpotConsolidation feature gate.
+    ``solve`` defaults to THE solver.
+    """
+    if solve is None:
+        from provisioning.scheduling.solver import solve as solve_snapshot
+
+        solve = solve_snapshot
+    return _Round(candidates, policies, cluster, now, spot_to_spot, solve).run()
+
+
+class _Budget:
+    """One method's use of the budgets for one reason: each node it picks takes one unit."""
+
+    def __init__(self, round_: _Round, reason: str) -> None:
+        self.round = round_
+        self.reason = reason
+        self.final = reason == DRIFTED
+        self.taken: Counter[str] = Counter()
+
+    def left(self, pool: str) -> int:
+        r = self.round
+        busy = r.disrupting_count[pool] + self.taken[pool]
+        return budgets.allowed(r.policies[pool], self.reason, r.node_count[pool], busy, r.now)
+
+    def why_exhausted(self, pool: str) -> str:
+        r = self.round
+        text = budgets.explain(
+            r.policies[pool], self.reason, r.node_count[pool], r.disrupting_count[pool], r.now, chosen=self.taken[pool]
+        )
+        return f"budget exhausted: {text}"
+
+    def take(self, candidate: Candidate) -> bool:
+        """Take a unit for the candidate; when none is left, say so on the candidate."""
+        if self.left(candidate.nodepool) <= 0:
+            self.round.note(candidate, self.why_exhausted(candidate.nodepool), final=self.final)
+            return False
+        self.taken[candidate.nodepool] += 1
+        return True
+
+
+class _Round:
+    def __init__(
+        self,
+        candidates: Sequence[Candidate],
+        policies: Mapping[str, PoolPolicy],
+        cluster: Snapshot,
+        now: float,
+        spot_to_spot: bool,
+        solve: Solve,
+    ) -> None:
+        self.candidates = list(candidates)
+        self.policies = policies
+        self.cluster = cluster
+        self.now = now
+        self.spot_to_spot = spot_to_spot
+        self.solve = solve
+        self.pools = {pool.name: pool for pool in cluster.nodepools}
+        self.why_not: dict[str, str] = {}
+        self.final_notes: set[str] = set()
+        self.uninitialized = frozenset(c.name for c in candidates if not c.initialized)
+        # Budgets count the pool's initialized nodes, and the ones already going away use them up.
+        self.node_count = Counter(c.nodepool for c in candidates if c.initialized)
+        self.disrupting_count = Counter(c.nodepool for c in candidates if c.disrupting)
+        self.leaving = [c for c in candidates if c.disrupting]
+        self.pool_nodes: dict[str, list[Candidate]] = {}
+        for c in candidates:
+            self.pool_nodes.setdefault(c.nodepool, []).append(c)
+
+    def note(self, candidate: Candidate, why: str, *, final: bool = False) -> None:
+        """Record why the candidate is left alone. A later method's sentence replaces an earlier
+        one (it looked closer), except a ``final`` one: drift's word on a drifted node stands."""
+        if candidate.name in self.final_notes:
+            return
+        self.why_not[candidate.name] = why
+        if final:
+            self.final_notes.add(candidate.name)
+
+    # ------------------------------------------------------------------ the round
+
+    def run(self) -> DisruptionPlan:
+        commands = self._expire()
+        expiring = {name for command in commands for name in command.candidates}
+        for c in self.candidates:
+            if c.name in expiring:
+                self.leaving.append(c)
+                self.disrupting_count[c.nodepool] += 1
+        open_ = self._open(c for c in self.candidates if c.name not in expiring)
+        winner = ""
+        for label, method in (
+            ("emptiness", self._emptiness),
+            ("drift", self._drift),
+            ("multi-node consolidation", self._multi_node),
+            ("single-node consolidation", self._single_node),
+        ):
+            found = method(open_)
+            if found:
+                commands += found
+                winner = label
+                break
+        chosen = {name for command in commands for name in command.candidates}
+        left_alone = (
+            f"not evaluated this round: {winner} already chose nodes to disrupt; it is looked at again next round"
+            if winner
+            else "nothing to do: it is not empty, not drifted, and no cheaper arrangement without it was found"
+        )
+        not_candidates = {c.name: self.why_not.get(c.name, left_alone) for c in self.candidates if c.name not in chosen}
+        return DisruptionPlan(tuple(commands), not_candidates)
+
+    def _open(self, candidates: Iterable[Candidate]) -> list[Candidate]:
+        """The candidates any voluntary method may look at: known pool, not already going away."""
+        out = []
+        for c in candidates:
+            if c.disrupting:
+                self.note(c, "already being disrupted: its replacement, drain or deletion is in progress")
+            elif c.nodepool not in self.policies:
+                self.note(c, f"NodePool {c.nodepool} is not known, so its disruption settings cannot be read")
+            else:
+                out.append(c)
+        return out
+
+    # ------------------------------------------------------------------ 1. expiration
+
+    def _expire(self) -> list[Command]:
+        commands = []
+        for c in self.candidates:
+            policy = self.policies.get(c.nodepool)
+            # A node already disrupting is on its way out: a second command would only race the first.
+            if policy is None or c.disrupting or not expired(c, policy, self.now):
+                continue
+            text = (
+                f"node {c.name} expired: created {duration(self.now - c.created_at)} ago, NodePool {policy.name} "
+                f"has expireAfter {duration(policy.expire_after_seconds or 0)}; deleted now without a replacement "
+                f"first (expiration is forceful: budgets and do-not-disrupt do not apply)"
+            )
+            if c.blocked_by:
+                text += f"; {c.blocked_by} does not stop it"
+            if policy.termination_grace_period_seconds is not None:
+                text += f"; its pods get up to {duration(policy.termination_grace_period_seconds)} to drain"
+            if c.pods:
+                text += f"; its {describe_pods(c)} will be provisioned anew"
+            commands.append(Command(EXPIRED, (c.name,), (), 0.0, text, forceful=True))
+        return commands
+
+    # ------------------------------------------------------------------ 2. emptiness
+
+    def _emptiness(self, open_: Sequence[Candidate]) -> list[Command]:
+        budget = _Budget(self, EMPTY)
+        chosen = []
+        # The dearest first, so a tight budget removes the most expensive empty nodes.
+        for c in sorted((c for c in open_ if c.empty), key=lambda c: (-c.price_per_hour, c.name)):
+            why = not_consolidatable(c, self.policies[c.nodepool], self.now)
+            if why:
+                self.note(c, why)
+            elif budget.take(c):
+                chosen.append(c)
+        if not chosen:
+            return []
+        savings = sum(c.price_per_hour for c in chosen)
+        verb = "is" if len(chosen) == 1 else "are"
+        text = f"{nodes_phrase(chosen)} {verb} empty: deleted without replacement: saves {money(savings)}/h"
+        return [Command(EMPTY, tuple(c.name for c in chosen), (), savings, text)]
+
+    # ------------------------------------------------------------------ 3. drift
+
+    def _drift(self, open_: Sequence[Candidate]) -> list[Command]:
+        budget = _Budget(self, DRIFTED)
+        drifted = []
+        for c in sorted((c for c in open_ if c.drift_reason), key=lambda c: (not c.empty, c.created_at, c.name)):
+            why = self._drift_blocked(c)
+            if why:
+                self.note(c, why, final=True)
+            else:
+                drifted.append(c)
+        empties = [c for c in drifted if c.empty and budget.take(c)]
+        if empties:
+            reasons = ", ".join(sorted({c.drift_reason or "" for c in empties}))
+            text = f"{nodes_phrase(empties)} drifted ({reasons}) and empty: deleted without replacement"
+            savings = sum(c.price_per_hour for c in empties)
+            return [Command(DRIFTED, tuple(c.name for c in empties), (), savings, f"{text}: saves {money(savings)}/h")]
+        for c in drifted:
+            if c.empty:
+                continue  # its budget was exhausted: noted by take()
+            if budget.left(c.nodepool) <= 0:
+                self.note(c, budget.why_exhausted(c.nodepool), final=True)
+                continue
+            simulation = simulate([c], self.cluster, self.solve, leaving=self.leaving, uninitialized=self.uninitialized)
+            if simulation.failure:
+                self.note(c, f"drifted ({c.drift_reason}) but cannot be replaced now: {simulation.failure}", final=True)
+                continue
+            budget.take(c)
+            return [self._drift_command(c, simulation.plan.claims)]
+        return []
+
+    def _drift_blocked(self, c: Candidate) -> str | None:
+        policy = self.policies[c.nodepool]
+        if not c.initialized:
+            return "not initialized yet: only initialized nodes are disrupted"
+        # A terminationGracePeriod bounds how long pods may hold a drifted node, so pod-level
+        # blocks (do-not-disrupt pods, PDBs) give way; the node's own annotation never does.
+        overridden = c.blocked_by_pods_only and policy.termination_grace_period_seconds is not None
+        if c.blocked_by and not overridden:
+            return f"drifted ({c.drift_reason}) but disruption is blocked: {c.blocked_by}"
+        return None
+
+    def _drift_command(self, c: Candidate, claims: Sequence[ClaimPlan]) -> Command:
+        worst = sum(worst_launch_price(claim, self.pools) for claim in claims)
+        if claims:
+            shapes = ", ".join(
+                f"{claim.chosen.instance_type} {claim.chosen.capacity_type} {money(claim.price)}/h" for claim in claims
+            )
+            moves = f"replaced by {plural(len(claims), 'new node')} ({shapes}; at most {money(worst)}/h)"
+        else:
+            moves = "its pods fit on the other nodes: deleted without replacement"
+        moving = "its pod moves" if len(c.pods) == 1 else f"its {describe_pods(c)} move"
+        text = f"{nodes_phrase([c])} drifted ({c.drift_reason}): {moves}; {moving}"
+        if c.blocked_by:
+            grace = duration(self.policies[c.nodepool].termination_grace_period_seconds or 0)
+            text += f"; {c.blocked_by} gives way after terminationGracePeriod {grace}"
+        return Command(DRIFTED, (c.name,), tuple(claims), c.price_per_hour - worst, text)
+
+    # ------------------------------------------------------------------ 4, 5. consolidation
+
+    def _consolidatable(self, open_: Sequence[Candidate]) -> list[Candidate]:
+        """Candidates for multi- and single-node consolidation, sorted; the others are noted.
+
+        Empty nodes are left to emptiness, so the Empty budget alone governs them (upstream's
+        single-node pass skips them too).
+        """
+        out = []
+        for c in (c for c in open_ if not c.empty):
+            policy = self.policies[c.nodepool]
+            why = not_consolidatable(c, policy, self.now)
+            if why is None and not policy.consolidates_underutilized:
+                why = (
+                    f"NodePool {policy.name} has consolidationPolicy {policy.consolidation_policy}: only empty "
+                    f"nodes are removed, and this one runs {describe_pods(c)}"
+                )
+            if why:
+                self.note(c, why)
+            else:
+                out.append(c)
+        return consolidation_order(out)
+
+    def _multi_node(self, open_: Sequence[Candidate]) -> list[Command]:
+        budget = _Budget(self, UNDERUTILIZED)
+        batch: list[Candidate] = []
+        for c in self._consolidatable(open_):
+            if len(batch) == MAX_MULTI_NODE_CANDIDATES:
+                break
+            if budget.take(c):
+                batch.append(c)
+        # Upstream's binary search over prefix sizes 2..n: a prefix that consolidates raises the
+        # floor, one that does not lowers the ceiling; the largest that worked wins.
+        best: Command | None = None
+        low, high = 1, len(batch) - 1
+        while low <= high:
+            middle = (low + high) // 2
+            result = self._consolidate(batch[: middle + 1], multi_node=True)
+            if isinstance(result, Command):
+                best, low = result, middle + 1
+            else:
+                high = middle - 1
+        return [best] if best else []
+
+    def _single_node(self, open_: Sequence[Candidate]) -> list[Command]:
+        budget = _Budget(self, UNDERUTILIZED)
+        for c in interleave_pools(self._consolidatable(open_)):
+            if budget.left(c.nodepool) <= 0:
+                self.note(c, budget.why_exhausted(c.nodepool))
+                continue
+            result = self._consolidate([c], multi_node=False)
+            if isinstance(result, Command):
+                return [result]
+            self.note(c, f"cannot be consolidated: {result}")
+        return []
+
+    def _consolidate(self, move: Sequence[Candidate], *, multi_node: bool) -> Command | str:
+        """Upstream's ``computeConsolidation``: a delete or a single cheaper replacement for
+        ``move``, or why neither is possible."""
+        # Packed as upstream packs (each new NodeClaim filled as far as the largest type allows):
+        # the cost-optimized packing may split the pods over several smaller nodes, and
+        # consolidation only ever replaces with one.
+        simulation = simulate(
+            move, self.cluster, self.solve, leaving=self.leaving, uninitialized=self.uninitialized, optimize=False
+        )
+        if simulation.failure:
+            return simulation.failure
+        claims = simulation.plan.claims
+        if len(claims) > 1:
+            return f"the pods would need {len(claims)} new nodes; consolidation replaces with at most one"
+        source = sum(c.price_per_hour for c in move)
+        replacements: tuple[ClaimPlan, ...] = ()
+        worst = 0.0
+        if claims:
+            priced = price_replacement(
+                claims[0], move, self.pools, spot_to_spot=self.spot_to_spot, multi_node=multi_node
+            )
+            if isinstance(priced, str):
+                return priced
+            replacements, worst = (priced.claim,), priced.worst_price
+        refusal = balanced_refusal(move, source - worst, self.pool_nodes, self.policies)
+        if refusal:
+            return refusal
+        if replacements:
+            claim = replacements[0]
+            others = len(claim.options) - 1
+            alternatives = f" (or {plural(others, 'other type')})" if others else ""
+            outcome = (
+                f"1 {claim.chosen.instance_type} {claim.chosen.capacity_type}{alternatives} at most {money(worst)}/h"
+            )
+        else:
+            whose = "its" if len(move) == 1 else "their"
+            outcome = f"deleted: {whose} pods fit on the other nodes"
+        text = f"{nodes_phrase(move)} → {outcome}: saves {money(source - worst)}/h"
+        return Command(UNDERUTILIZED, tuple(c.name for c in move), replacements, source - worst, text)

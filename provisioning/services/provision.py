@@ -1,0 +1,316 @@
+"""Provisioning: the batch window, one provisioning run at a time, and the plan turned into
+a Decision and NodeClaims.
+
+1. ``note_pending`` opens (or extends) the batch window in Redis; the window closes after
+   ``KARPWEB_BATCH_IDLE_SECONDS`` without new pods or ``KARPWEB_BATCH_MAX_SECONDS`` in all.
+2. ``window_wait`` says how long until it closes; then ``provision`` runs under a Redis lock
+   over ALL pending pods (not only those that opened the window).
+3. The run builds the solver's snapshot from the policies, the pods and nodes of the cluster
+   and the NodeClaims in flight (as nodes holding the pods nominated to them), solves it,
+   and records one Decision with its NodeClaims; each claim's launch is its own task.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from provisioning.cluster.simulated import node_manifest, pod_manifest
+from provisioning.models import ClusterNode, ClusterPod, Decision, EC2NodeClass, NodeClaim, NodePool
+from provisioning.scheduling.plan import ClaimPlan, Plan
+from provisioning.services.connections import get_redis
+
+log = logging.getLogger(__name__)
+
+WINDOW_FIRST = "karpweb:batch:first"
+WINDOW_LAST = "karpweb:batch:last"
+WINDOW_OPEN = "karpweb:batch:open"
+PROVISION_LOCK = "karpweb:provision:lock"
+IN_FLIGHT = (NodeClaim.State.PENDING, NodeClaim.State.LAUNCHING, NodeClaim.State.LAUNCHED)
+
+
+# ------------------------------------------------------------------ the batch window
+
+
+def idle_seconds() -> float:
+    return float(getattr(settings, "KARPWEB_BATCH_IDLE_SECONDS", 1.0))
+
+
+def max_seconds() -> float:
+    return float(getattr(settings, "KARPWEB_BATCH_MAX_SECONDS", 10.0))
+
+
+def note_pending(now: float | None = None, redis: Any = None) -> bool:
+    """Pending pods were seen: open the window or extend it. True for the caller that
+    opened it (that caller schedules the window's check)."""
+    redis = redis or get_redis()
+    now = time.time() if now is None else now
+    pipe = redis.pipeline()
+    pipe.set(WINDOW_LAST, repr(now))
+    pipe.set(WINDOW_FIRST, repr(now), nx=True)
+    # The flag expires on its own, so a lost check never keeps the window shut for good.
+    pipe.set(WINDOW_OPEN, "1", nx=True, ex=int(max_seconds() + 30))
+    _, _, opened = pipe.execute()
+    return bool(opened)
+
+
+def window_wait(now: float | None = None, redis: Any = None) -> float:
+    """Seconds until the window closes; 0 means closed now (and the window is reset)."""
+    redis = redis or get_redis()
+    now = time.time() if now is None else now
+    first, last = redis.mget(WINDOW_FIRST, WINDOW_LAST)
+    if first is None or last is None:
+        redis.delete(WINDOW_OPEN)
+        return 0.0
+    idle_left = float(last) + idle_seconds() - now
+    max_left = float(first) + max_seconds() - now
+    wait = min(idle_left, max_left)
+    if wait > 0:
+        return wait
+    redis.delete(WINDOW_FIRST, WINDOW_LAST, WINDOW_OPEN)
+    return 0.0
+
+
+# ------------------------------------------------------------------ one provisioning run
+
+
+def provision(solve: Callable | None = None, redis: Any = None) -> Decision | None:
+    """One provisioning run under the lock; None when another run holds it or there is
+    nothing pending."""
+    redis = redis or get_redis()
+    lock = redis.lock(PROVISION_LOCK, timeout=300, blocking_timeout=0)
+    if not lock.acquire(blocking=False):
+        return None
+    try:
+        return provision_once(solve)
+    finally:
+        try:
+            lock.release()
+        except Exception:  # expired meanwhile: the next run takes it
+            log.warning("provisioning lock expired before release")
+
+
+# A pod nominated to a claim whose node just became Ready waits this long for the scheduler
+# to bind it before it counts as pending again.
+BIND_GRACE_SECONDS = 30
+
+
+def nominating_claims() -> list[str]:
+    """Claims whose nominated pods are spoken for: in flight, or Ready only just now."""
+    recent = timezone.now() - _seconds(BIND_GRACE_SECONDS)
+    ready_just_now = Q(state__in=(NodeClaim.State.REGISTERED, NodeClaim.State.INITIALIZED), registered_at__gte=recent)
+    return list(NodeClaim.objects.filter(Q(state__in=IN_FLIGHT) | ready_just_now).values_list("name", flat=True))
+
+
+def pending_pods():
+    """Pending pods not nominated to a NodeClaim that will take them."""
+    return ClusterPod.objects.filter(node_name="").exclude(nominated__in=nominating_claims())
+
+
+def provision_once(solve: Callable | None = None) -> Decision | None:
+    from provisioning.services.catalog import load_catalog, unavailable_checker
+    from provisioning.services.simulate import build_snapshot, default_solver
+
+    started = time.perf_counter()
+    pending = list(pending_pods())
+    if not pending:
+        return None
+    catalog = load_catalog()
+    documents, in_flight = _documents(pending, catalog)
+    snapshot, notes = build_snapshot(documents, catalog=catalog, unavailable=unavailable_checker())
+    prepared = time.perf_counter()
+    plan: Plan = (solve or default_solver())(snapshot)
+    solved = time.perf_counter()
+    decision = _record(plan, snapshot, pending, notes, catalog)
+    decision.timings = {
+        "snapshot": round(prepared - started, 4),
+        "solve": round(solved - prepared, 4),
+        "record": round(time.perf_counter() - solved, 4),
+    }
+    decision.save(update_fields=["timings"])
+    log.info(
+        "decision %s: %d pods, %d nodeclaims ($%.4f/h), %d unschedulable, solve %.3fs",
+        decision.pk,
+        len(pending),
+        len(plan.claims),
+        plan.total_price,
+        len(plan.unschedulable),
+        solved - prepared,
+    )
+    return decision
+
+
+def _documents(pending: list[ClusterPod], catalog) -> tuple[list[dict], list[str]]:
+    """Policies, pods and nodes as manifests; in-flight NodeClaims as nodes holding the pods
+    nominated to them."""
+    documents: list[dict] = [obj.to_manifest() for obj in EC2NodeClass.objects.all()]
+    documents += [obj.to_manifest() for obj in NodePool.objects.all()]
+    documents += [n.manifest for n in ClusterNode.objects.all()]
+    documents += in_flight_documents(catalog)
+    claims = list(NodeClaim.objects.filter(state__in=IN_FLIGHT).values_list("name", flat=True))
+    for pod in ClusterPod.objects.exclude(node_name=""):
+        documents.append(pod_manifest(pod))
+    # Nominated pods hold their room: on the in-flight claim, or on its node once registered.
+    node_of = dict(
+        NodeClaim.objects.filter(name__in=nominating_claims()).exclude(node_name="").values_list("name", "node_name")
+    )
+    for pod in ClusterPod.objects.filter(node_name="", nominated__in=[*claims, *node_of]):
+        manifest = pod_manifest(pod)
+        manifest["spec"]["nodeName"] = node_of.get(pod.nominated, pod.nominated)
+        documents.append(manifest)
+    documents += [pod_manifest(p) for p in pending]
+    return documents, claims
+
+
+def in_flight_documents(catalog) -> list[dict]:
+    """NodeClaims not registered yet, as Nodes of their chosen (or cheapest) offering, so the
+    solver fills them before it plans more."""
+    documents = []
+    for claim in NodeClaim.objects.filter(state__in=IN_FLIGHT):
+        option = (claim.launch_options or [None])[0]
+        if option is None:
+            continue
+        it = catalog.instance_type(claim.instance_type or option["instanceType"])
+        if it is None:
+            continue
+        documents.append(
+            node_manifest(
+                claim.name,
+                it,
+                zone=claim.zone or option["zone"],
+                capacity_type=claim.capacity_type or option["capacityType"],
+                nodepool=claim.nodepool_name,
+            )
+        )
+    return documents
+
+
+def _record(plan: Plan, snapshot, pending: list[ClusterPod], notes: list[str], catalog) -> Decision:
+    by_key = {p.key: p for p in pending}
+    with transaction.atomic():
+        decision = Decision.objects.create(
+            pods=sorted(by_key),
+            unschedulable=[{"pod": k, "reason": r} for k, r in sorted(plan.unschedulable.items())],
+            catalog_version=f"{catalog.region} {catalog.built_at or ''}".strip(),
+            total_price_per_hour=Decimal(str(round(plan.total_price, 6))),
+            notes=notes[:50],
+        )
+        claims = create_claims(plan.claims, decision=decision)
+        for claim, planned in zip(claims, plan.claims, strict=True):
+            ClusterPod.objects.filter(
+                namespace__in={k.split("/", 1)[0] for k in planned.pods},
+                name__in=[k.split("/", 1)[1] for k in planned.pods],
+                node_name="",
+            ).update(nominated=claim.name, unschedulable_reason="")
+        for key, reason in plan.unschedulable.items():
+            pod = by_key.get(key)
+            if pod is not None:
+                ClusterPod.objects.filter(pk=pod.pk).update(unschedulable_reason=reason[:4000])
+    return decision
+
+
+def create_claims(planned: Sequence[ClaimPlan], *, decision=None, disruption=None) -> list[NodeClaim]:
+    """NodeClaim rows for planned claims, each launched by its own task once committed."""
+    from provisioning.tasks import launch_nodeclaim
+
+    nodepools = {p.name: p for p in NodePool.objects.all()}
+    claims = [_claim(c, nodepools.get(c.nodepool), decision, disruption) for c in planned]
+    ids = [c.pk for c in claims]
+    transaction.on_commit(lambda: [launch_nodeclaim.delay(pk) for pk in ids])
+    return claims
+
+
+def _claim(planned: ClaimPlan, nodepool: NodePool | None, decision, disruption) -> NodeClaim:
+    from provisioning.services.disruption import drift_hashes
+
+    template = ((nodepool.spec if nodepool else {}).get("template") or {}).get("spec") or {}
+    nodeclass = (template.get("nodeClassRef") or {}).get("name", "")
+    spec = {
+        "requirements": planned.requirements.to_list(),
+        "resources": {"requests": {k: str(v) for k, v in planned.requests.items()}},
+        "taints": template.get("taints") or [],
+        "startupTaints": template.get("startupTaints") or [],
+        "expireAfter": template.get("expireAfter", "720h"),
+        "nodeClassRef": template.get("nodeClassRef") or {},
+        "driftHashes": drift_hashes(planned.nodepool, nodeclass),
+    }
+    return NodeClaim.objects.create(
+        name=f"{planned.nodepool}-{secrets.token_hex(3)}",
+        nodepool_name=planned.nodepool,
+        nodeclass_name=nodeclass,
+        spec=spec,
+        launch_options=[
+            {"instanceType": o.instance_type, "zone": o.zone, "capacityType": o.capacity_type, "price": o.price}
+            for o in planned.options
+        ],
+        decision=decision,
+        disruption=disruption,
+        pods=list(planned.pods),
+        why=planned.why,
+        alternatives=[
+            {"instanceType": o.instance_type, "capacityType": o.capacity_type, "zone": o.zone, "price": o.price}
+            for o in planned.alternatives
+        ],
+    )
+
+
+# ------------------------------------------------------------------ claims that never came up
+
+
+def expire_unregistered(timeout_seconds: float | None = None, cloud=None) -> list[str]:
+    """Claims launched but not registered within the timeout (default 15 min): terminate
+    the instance, delete the claim; their pods are pending again. Claims stuck launching
+    (a worker died mid-call) go back to pending, and their relaunch reuses the ClientToken."""
+    from provisioning.services.cloud import get_cloud
+
+    timeout = timeout_seconds if timeout_seconds is not None else settings.KARPWEB_REGISTRATION_TIMEOUT_SECONDS
+    now = timezone.now()
+    expired = []
+    for claim in NodeClaim.objects.filter(state=NodeClaim.State.LAUNCHED, launched_at__lt=now - _seconds(timeout)):
+        if claim.move(NodeClaim.State.LAUNCHED, NodeClaim.State.DELETING, reason="RegistrationTimeout"):
+            terminate_claim(claim, cloud or get_cloud())
+            expired.append(claim.name)
+    return expired
+
+
+def relaunch_stuck(stuck_seconds: float | None = None) -> list[int]:
+    """Claims left in LAUNCHING by a worker that died: back to PENDING, to launch again."""
+    from provisioning.tasks import launch_nodeclaim
+
+    seconds = stuck_seconds if stuck_seconds is not None else settings.KARPWEB_LAUNCH_STUCK_SECONDS
+    cutoff = timezone.now() - _seconds(seconds)
+    again = []
+    for claim in NodeClaim.objects.filter(state=NodeClaim.State.LAUNCHING, launch_started_at__lt=cutoff):
+        if claim.move(NodeClaim.State.LAUNCHING, NodeClaim.State.PENDING):
+            launch_nodeclaim.delay(claim.pk)
+            again.append(claim.pk)
+    return again
+
+
+def terminate_claim(claim: NodeClaim, cloud) -> None:
+    """Terminate the claim's instance, delete its node; its pods go back to pending."""
+    from provisioning.cluster import get_cluster
+
+    if claim.instance_id:
+        cloud.terminate(claim.instance_id)
+    if claim.node_name:
+        get_cluster().delete_node(claim.node_name)
+    ClusterPod.objects.filter(nominated=claim.name, node_name="").update(nominated="")
+    claim.move(
+        (NodeClaim.State.DELETING, *NodeClaim.ACTIVE_STATES), NodeClaim.State.TERMINATED, deleted_at=timezone.now()
+    )
+
+
+def _seconds(value: float):
+    from datetime import timedelta
+
+    return timedelta(seconds=value)

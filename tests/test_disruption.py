@@ -1,0 +1,557 @@
+"""The disruption planners, constraint by constraint, on the small catalog of test_solver
+(prices and shapes chosen so the right answer is known). Everything runs THE solver."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from provisioning.disruption import (
+    DRIFTED,
+    EMPTY,
+    EXPIRED,
+    UNDERUTILIZED,
+    Budget,
+    Candidate,
+    PoolPolicy,
+    allowed,
+    plan,
+)
+from provisioning.disruption.budgets import explain
+from provisioning.disruption.model import parse_duration
+from provisioning.disruption.text import duration, money
+from provisioning.scheduling.instancetypes import InstanceType, Offering, Overhead
+from provisioning.scheduling.snapshot import Snapshot
+from provisioning.scheduling.solver import solve
+from provisioning.scheduling.workloads import ExistingNode
+from tests.test_solver import CATALOG, GI, itype, pods, pool
+
+ROOT = Path(__file__).resolve().parent.parent
+NOW = datetime(2025, 6, 2, 12, 0, tzinfo=UTC).timestamp()  # a Monday, noon UTC
+MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
+DO_NOT_DISRUPT = 'pod default/db-0 has karpenter.sh/do-not-disrupt: "true"'
+EVERYTHING = (Budget("100%"),)  # budgets out of the way, for tests about something else
+
+
+def at(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def node(name, type_name, bound=(), *, ct="on-demand", zone="us-east-1a", pool_name="general", catalog=CATALOG, **kw):
+    """An ExistingNode of the catalog type with ``bound`` pods on it, and its Candidate (an
+    initialized node a day old whose pods last changed an hour ago, unless ``kw`` says else)."""
+    instance_type = next(t for t in catalog if t.name == type_name)
+    price = next(o.price for o in instance_type.offerings if o.capacity_type == ct and o.zone == zone)
+    labels = {
+        **instance_type.labels,
+        "topology.kubernetes.io/zone": zone,
+        "karpenter.sh/capacity-type": ct,
+        "karpenter.sh/nodepool": pool_name,
+        "kubernetes.io/hostname": name,
+    }
+    bound = tuple(replace(p, node_name=name) for p in bound)
+    capacity = dict(instance_type.capacity)
+    existing = ExistingNode(name, labels, allocatable=capacity, capacity=capacity, pods=bound)
+    fields = dict(created_at=NOW - DAY, initialized=True, last_pod_change_at=NOW - HOUR)
+    fields.update(kw)
+    candidate = Candidate(name, f"{name}-claim", pool_name, type_name, ct, zone, price, pods=bound, **fields)
+    return existing, candidate
+
+
+def run(nodes, *policies, pools=None, **kw):
+    """Plan over ``nodes`` ((ExistingNode, Candidate) pairs) with the policies (default: one
+    ``general`` pool whose budgets allow everything)."""
+    policies = policies or (PoolPolicy("general", budgets=EVERYTHING),)
+    cluster = Snapshot((), tuple(pools or (pool(),)), tuple(existing for existing, _ in nodes))
+    return plan([c for _, c in nodes], {p.name: p for p in policies}, cluster, NOW, **kw)
+
+
+def only(result):
+    assert len(result.commands) == 1, result
+    return result.commands[0]
+
+
+# ------------------------------------------------------------------ budgets
+
+
+def test_a_percent_is_scaled_against_the_node_count_and_rounded_up():
+    ten = PoolPolicy("p", budgets=(Budget("10%"),))
+    assert allowed(ten, EMPTY, 11, 0, NOW) == 2
+    assert allowed(ten, EMPTY, 3, 0, NOW) == 1
+    assert allowed(ten, EMPTY, 0, 0, NOW) == 0
+
+
+def test_a_count_is_taken_as_is_less_the_nodes_already_disrupting():
+    five = PoolPolicy("p", budgets=(Budget("5"),))
+    assert allowed(five, DRIFTED, 100, 0, NOW) == 5
+    assert allowed(five, DRIFTED, 100, 3, NOW) == 2
+    assert allowed(five, DRIFTED, 100, 7, NOW) == 0
+
+
+def test_the_default_budget_is_ten_percent():
+    assert PoolPolicy("p").budgets == (Budget("10%"),)
+    assert allowed(PoolPolicy("p"), UNDERUTILIZED, 20, 0, NOW) == 2
+
+
+def test_the_smallest_active_budget_wins():
+    policy = PoolPolicy("p", budgets=(Budget("50%"), Budget("3"), Budget("10")))
+    assert allowed(policy, EMPTY, 100, 0, NOW) == 3
+
+
+def test_a_scheduled_budget_is_active_for_its_duration_after_each_cron_hit():
+    business_hours = PoolPolicy("p", budgets=(Budget("10"), Budget("0", "0 9 * * 1-5", 8 * HOUR)))
+    assert allowed(business_hours, EMPTY, 50, 0, at("2025-06-02T09:00")) == 0  # the hit itself counts
+    assert allowed(business_hours, EMPTY, 50, 0, at("2025-06-02T16:59")) == 0
+    assert allowed(business_hours, EMPTY, 50, 0, at("2025-06-02T17:00")) == 10  # 8 h later: over
+    assert allowed(business_hours, EMPTY, 50, 0, at("2025-06-02T08:59")) == 10
+    assert allowed(business_hours, EMPTY, 50, 0, at("2025-06-07T12:00")) == 10  # Saturday
+    nightly = PoolPolicy("p", budgets=(Budget("0", "@daily", HOUR),))
+    assert allowed(nightly, EMPTY, 50, 0, at("2025-06-02T00:30")) == 0
+    assert allowed(nightly, EMPTY, 50, 0, at("2025-06-02T01:30")) == 50  # no active budget: no limit
+
+
+def test_reasons_limit_which_disruptions_a_budget_counts():
+    policy = PoolPolicy("p", budgets=(Budget("10%"), Budget("0", reasons=(DRIFTED,))))
+    assert allowed(policy, DRIFTED, 30, 0, NOW) == 0
+    assert allowed(policy, EMPTY, 30, 0, NOW) == 3
+    assert allowed(policy, UNDERUTILIZED, 30, 0, NOW) == 3
+
+
+def test_a_budget_that_cannot_be_read_allows_nothing():
+    for budget in (Budget("abc"), Budget("101%"), Budget("5", "not a cron", HOUR), Budget("5", "0 9 * * *")):
+        assert allowed(PoolPolicy("p", budgets=(budget,)), EMPTY, 10, 0, NOW) == 0, budget
+
+
+def test_the_budget_explanation_names_the_limiting_budget():
+    policy = PoolPolicy("general", budgets=(Budget("10%"), Budget("0", "0 9 * * 1-5", 8 * HOUR, (DRIFTED,))))
+    assert explain(policy, EMPTY, 4, 1, NOW) == (
+        'NodePool general allows 0 more Empty disruptions now: budget nodes "10%" of 4 nodes = 1, 1 already disrupting'
+    )
+    assert explain(policy, DRIFTED, 4, 0, NOW) == (
+        'NodePool general allows 0 more Drifted disruptions now: budget nodes "0" '
+        '(schedule "0 9 * * 1-5" for 8h; reasons Drifted)'
+    )
+
+
+def test_a_zero_budget_keeps_even_empty_nodes():
+    zero = PoolPolicy("general", budgets=(Budget("0"),))
+    result = run([node("idle", "m5.large")], zero)
+    assert result.commands == ()
+    assert result.not_candidates["idle"] == (
+        'budget exhausted: NodePool general allows 0 more Empty disruptions now: budget nodes "0"'
+    )
+
+
+# ------------------------------------------------------------------ reading NodePool specs
+
+
+def test_a_nodepool_spec_is_read_with_upstream_defaults():
+    assert PoolPolicy.from_spec("general", {"template": {"spec": {}}}) == PoolPolicy("general")
+    policy = PoolPolicy.from_spec(
+        "batch",
+        {
+            "template": {"spec": {"expireAfter": "Never", "terminationGracePeriod": "1h"}},
+            "disruption": {
+                "consolidationPolicy": "WhenUnderutilized",
+                "consolidateAfter": "1h30m",
+                "budgets": [{"nodes": "0", "schedule": "@daily", "duration": "10m", "reasons": ["Drifted"]}, {}],
+            },
+        },
+    )
+    assert policy.consolidation_policy == "WhenEmptyOrUnderutilized"  # the v1beta1 name
+    assert policy.consolidate_after_seconds == 5400
+    assert policy.expire_after_seconds is None and policy.termination_grace_period_seconds == 3600
+    assert policy.budgets == (Budget("0", "@daily", 600, ("Drifted",)), Budget("10%"))
+    never = PoolPolicy.from_spec("p", {"disruption": {"consolidateAfter": "Never"}})
+    assert never.consolidate_after_seconds is None and never.expire_after_seconds == 720 * HOUR
+
+
+def test_a_malformed_duration_names_its_field():
+    with pytest.raises(ValueError, match=r"spec.disruption.consolidateAfter: '5 minutes' is not a duration"):
+        PoolPolicy.from_spec("p", {"disruption": {"consolidateAfter": "5 minutes"}})
+    with pytest.raises(ValueError, match=r"terminationGracePeriod: 'Never' is not a duration like 30s, 5m or 1h30m$"):
+        parse_duration("Never", "spec.template.spec.terminationGracePeriod", never=False)
+
+
+def test_prices_and_durations_read_like_people_write_them():
+    assert [money(0.384), money(0.07), money(1.2), money(-0.05)] == ["$0.384", "$0.07", "$1.20", "-$0.05"]
+    assert [duration(0.2), duration(200), duration(5400), duration(720 * HOUR)] == ["1s", "3m20s", "1h30m", "720h"]
+
+
+# ------------------------------------------------------------------ who is a candidate
+
+
+def test_consolidate_after_not_reached_says_how_long_is_left():
+    waiting = PoolPolicy("general", consolidate_after_seconds=5 * MINUTE, budgets=EVERYTHING)
+    result = run([node("idle", "m5.large", last_pod_change_at=NOW - 2 * MINUTE)], waiting)
+    assert result.commands == ()
+    assert result.not_candidates["idle"] == (
+        "consolidateAfter 5m not reached: its pods last changed 2m ago; it can be consolidated in 3m"
+    )
+    assert only(run([node("idle", "m5.large", last_pod_change_at=NOW - 5 * MINUTE)], waiting)).reason == EMPTY
+
+
+def test_consolidate_after_never_turns_off_emptiness_and_consolidation():
+    never = PoolPolicy("general", consolidate_after_seconds=None, budgets=EVERYTHING)
+    result = run([node("idle", "m5.large")], never)
+    assert result.commands == ()
+    assert "consolidateAfter: Never" in result.not_candidates["idle"]
+
+
+def test_uninitialized_unknown_and_already_disrupting_nodes_are_left_alone():
+    nodes = [
+        node("booting", "m5.large", initialized=False),
+        node("stray", "m5.large", pool_name="gone"),
+        node("leaving", "m5.large", disrupting=True),
+    ]
+    result = run(nodes)
+    assert result.commands == ()
+    assert result.not_candidates == {
+        "booting": "not initialized yet: only initialized nodes are disrupted",
+        "stray": "NodePool gone is not known, so its disruption settings cannot be read",
+        "leaving": "already being disrupted: its replacement, drain or deletion is in progress",
+    }
+
+
+def test_do_not_disrupt_and_pdbs_keep_a_node_out_with_the_reason():
+    pdb = "PodDisruptionBudget default/web allows 0 disruptions (pod default/web-0)"
+    nodes = [
+        node("pinned", "m5.large", blocked_by=DO_NOT_DISRUPT),
+        node("guarded", "m5.xlarge", pods("web", 1, "500m", "1Gi"), blocked_by=pdb),
+        node("big", "m5.xlarge", pods("api", 1, "500m", "1Gi")),
+    ]
+    result = run(nodes)
+    assert result.not_candidates["pinned"] == f"disruption blocked: {DO_NOT_DISRUPT}"
+    assert result.not_candidates["guarded"] == f"disruption blocked: {pdb}"
+    assert {name for command in result.commands for name in command.candidates} == {"big"}
+
+
+# ------------------------------------------------------------------ emptiness
+
+
+def test_empty_nodes_are_deleted_together_without_replacement():
+    nodes = [node("idle-a", "m5.large"), node("idle-b", "c5.xlarge"), node("busy", "m5.large", pods("web", 1))]
+    command = only(run(nodes))
+    assert (command.reason, command.candidates, command.replacements) == (EMPTY, ("idle-b", "idle-a"), ())
+    assert command.savings_per_hour == pytest.approx(0.17 + 0.096)
+    assert command.explanation == (
+        "2 nodes (c5.xlarge on-demand $0.17/h, m5.large on-demand $0.096/h) are empty: deleted without replacement: "
+        "saves $0.266/h"
+    )
+
+
+def test_emptiness_takes_the_dearest_empty_nodes_the_budget_allows():
+    two = PoolPolicy("general", budgets=(Budget("2"),))
+    nodes = [node("a", "m5.large"), node("b", "r5.xlarge"), node("c", "c5.xlarge")]
+    command = only(run(nodes, two))
+    assert command.candidates == ("b", "c")
+    assert run(nodes, two).not_candidates["a"].startswith("budget exhausted: NodePool general allows 0 more Empty")
+
+
+# ------------------------------------------------------------------ consolidation policy
+
+
+def test_when_empty_does_not_consolidate_underutilized_nodes():
+    when_empty = PoolPolicy("general", "WhenEmpty", budgets=EVERYTHING)
+    nodes = [node(f"half-{i}", "m5.xlarge", pods(f"app{i}", 2, "1", "1Gi")) for i in range(3)]
+    result = run(nodes, when_empty)
+    assert result.commands == ()
+    assert result.not_candidates["half-0"] == (
+        "NodePool general has consolidationPolicy WhenEmpty: only empty nodes are removed, and this one runs 2 pods"
+    )
+
+
+# ------------------------------------------------------------------ multi-node consolidation
+
+
+def test_three_half_empty_nodes_become_one_cheaper_node():
+    nodes = [node(f"half-{i}", "m5.xlarge", pods(f"app{i}", 2, "1", "1Gi")) for i in range(3)]
+    command = only(run(nodes))
+    assert command.reason == UNDERUTILIZED and set(command.candidates) == {"half-0", "half-1", "half-2"}
+    (replacement,) = command.replacements
+    assert {o.instance_type for o in replacement.options} == {"c5.2xlarge"}  # the one type with 6 cpu free
+    assert len(replacement.pods) == 6
+    assert command.savings_per_hour == pytest.approx(3 * 0.192 - 0.34)
+    assert command.explanation == (
+        "3 nodes (3× m5.xlarge on-demand $0.192/h) → 1 c5.2xlarge on-demand at most $0.34/h: saves $0.236/h"
+    )
+
+
+def test_nodes_whose_pods_fit_elsewhere_are_deleted_without_replacement():
+    nodes = [
+        node("full", "c5.2xlarge", pods("big", 1, "3", "1Gi"), blocked_by=DO_NOT_DISRUPT),
+        node("light-a", "m5.large", pods("a", 1, "1", "1Gi")),
+        node("light-b", "m5.large", pods("b", 1, "1", "1Gi")),
+    ]
+    command = only(run(nodes))
+    assert set(command.candidates) == {"light-a", "light-b"} and command.replacements == ()
+    assert command.savings_per_hour == pytest.approx(2 * 0.096)
+    assert "deleted: their pods fit on the other nodes" in command.explanation
+
+
+def test_a_move_that_needs_two_new_nodes_is_refused():
+    # Hostname anti-affinity: the two replicas need two nodes, wherever they go.
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}
+            ]
+        }
+    }
+    db = pods("db", 2, "500m", "1Gi", affinity=anti)
+    nodes = [node("db-a", "c5.2xlarge", db[:1]), node("db-b", "c5.2xlarge", db[1:])]
+    plans = []
+
+    def recording_solve(snapshot):
+        plans.append((len(snapshot.pods), solve(snapshot)))
+        return plans[-1][1]
+
+    command = only(run(nodes, solve=recording_solve))
+    assert [len(p.claims) for moved, p in plans if moved == 2] == [2]  # both at once: two new nodes
+    # ... so multi-node consolidation refused, and single-node replaced one of them.
+    assert command.candidates == ("db-a",) and len(command.replacements) == 1
+
+
+def test_balanced_refuses_a_move_that_saves_too_little_for_its_disruption():
+    balanced = PoolPolicy("general", "Balanced", budgets=EVERYTHING)
+    result = run([node("oversized", "c5.2xlarge", pods("web", 1, "500m", "1Gi"))], balanced)
+    assert result.commands == ()
+    assert result.not_candidates["oversized"] == (
+        "cannot be consolidated: NodePool general is Balanced: this move saves 26% of the pool's cost for 100% of "
+        "its disruption (score 0.26; it needs at least 0.50)"
+    )
+    # Two m5.xlarge ($0.384/h) into one node of at most $0.17/h saves 56% of the cost for all of the disruption.
+    worth_it = [node("a", "m5.xlarge", pods("a", 1, "1", "1Gi")), node("b", "m5.xlarge", pods("b", 1, "1", "1Gi"))]
+    command = only(run(worth_it, balanced))
+    assert command.candidates == ("a", "b") and command.savings_per_hour == pytest.approx(0.384 - 0.17)
+
+
+def test_pods_never_move_onto_a_node_that_is_not_initialized():
+    nodes = [
+        node("booting", "c5.2xlarge", initialized=False),
+        node("old", "m5.xlarge", pods("web", 1, "1", "1Gi")),
+    ]
+    result = run(nodes, pools=[pool(types=(CATALOG[4],))])  # m5.xlarge only: no cheaper replacement
+    assert result.commands == ()
+    assert result.not_candidates["old"] == (
+        "cannot be consolidated: its pods would move onto node booting, which is not initialized yet"
+    )
+
+
+# ------------------------------------------------------------------ single-node consolidation
+
+
+def test_a_node_is_replaced_by_a_cheaper_type():
+    command = only(run([node("oversized", "c5.2xlarge", pods("web", 1, "500m", "1Gi"))]))
+    assert (command.reason, command.candidates) == (UNDERUTILIZED, ("oversized",))
+    (replacement,) = command.replacements
+    assert replacement.chosen.instance_type == "m6g.large"
+    assert "c5.2xlarge" not in {o.instance_type for o in replacement.options}  # not cheaper than itself
+    assert max(o.price for o in replacement.options) == pytest.approx(0.252)  # r5.xlarge, the dearest kept
+    assert command.savings_per_hour == pytest.approx(0.34 - 0.252)
+    assert replacement.requirements["karpenter.sh/capacity-type"].values == {"on-demand"}
+    assert command.explanation == (
+        "node oversized (c5.2xlarge on-demand $0.34/h) → 1 m6g.large on-demand (or 6 other types) at most $0.252/h: "
+        "saves $0.088/h"
+    )
+
+
+def test_no_replacement_when_the_same_price_is_all_there_is():
+    m5 = (itype("m5.large", 2, 8, 0.096),)
+    result = run([node("n", "m5.large", pods("web", 1, "1500m", "6Gi"), catalog=m5)], pools=[pool(types=m5)])
+    assert result.commands == ()
+    assert result.not_candidates["n"] == (
+        "cannot be consolidated: no cheaper replacement: the cheapest node that holds the pods, m5.large on-demand, "
+        "may cost up to $0.096/h, not less than the $0.096/h being replaced"
+    )
+
+
+def test_the_worst_case_price_decides_not_the_cheapest_zone():
+    # c6i.large costs $0.09 in one zone (cheaper than the node's $0.096) but $0.10 in another.
+    zonal = InstanceType(
+        "c6i.large",
+        itype("c6i.large", 2, 8, 0).labels,
+        {"cpu": 2000, "memory": 8 * GI, "pods": 110},
+        Overhead(),
+        (Offering("us-east-1a", "on-demand", 0.09, True), Offering("us-east-1b", "on-demand", 0.10, True)),
+    )
+    catalog = (itype("m5.large", 2, 8, 0.096), zonal)
+    nodes = [node("n", "m5.large", pods("web", 1, "1500m", "6Gi"), catalog=catalog)]
+    result = run(nodes, pools=[pool(types=(zonal,))])
+    assert result.commands == ()
+    assert (
+        "the cheapest node that holds the pods, c6i.large on-demand, may cost up to $0.10/h"
+        in (result.not_candidates["n"])
+    )
+
+
+def test_a_cheaper_replacement_must_still_meet_min_values():
+    three_families = pool("general", {"key": "karpenter.k8s.aws/instance-family", "operator": "Exists", "minValues": 3})
+    result = run([node("n", "m5.large", pods("web", 1, "500m", "1Gi"))], pools=[three_families])
+    assert result.commands == ()
+    assert result.not_candidates["n"] == (
+        "cannot be consolidated: no cheaper replacement keeps minValues: karpenter.k8s.aws/instance-family Exists "
+        "needs at least 3 distinct values (minValues) but the instance types offer 2 (c5, m6g)"
+    )
+
+
+# ------------------------------------------------------------------ spot
+
+
+def spot_catalog(count: int) -> tuple[InstanceType, ...]:
+    """A $0.30 spot node's type and ``count`` cheaper spot types that hold a small pod."""
+    cheaper = tuple(itype(f"c{i}.large", 2, 4, 0.20, spot=0.02 + i / 1000) for i in range(count))
+    return (itype("m5.2xlarge", 8, 32, 0.40, spot=0.30), *cheaper)
+
+
+def test_spot_to_spot_is_refused_by_default():
+    catalog = spot_catalog(20)
+    nodes = [node("s", "m5.2xlarge", pods("web", 1, "500m", "1Gi"), ct="spot", catalog=catalog)]
+    result = run(nodes, pools=[pool(types=catalog)])
+    assert result.commands == ()
+    assert result.not_candidates["s"] == (
+        "cannot be consolidated: spot-to-spot consolidation is disabled: every node here is spot and so would be "
+        "the replacement"
+    )
+
+
+def test_spot_to_spot_needs_fifteen_cheaper_types_and_launches_the_fifteen_cheapest():
+    few = spot_catalog(5)
+    result = run(
+        [node("s", "m5.2xlarge", pods("web", 1, "500m", "1Gi"), ct="spot", catalog=few)],
+        pools=[pool(types=few)],
+        spot_to_spot=True,
+    )
+    assert "needs at least 15 cheaper instance types" in result.not_candidates["s"]
+    assert "only 5 are cheaper" in result.not_candidates["s"]
+    many = spot_catalog(20)
+    result = run(
+        [node("s", "m5.2xlarge", pods("web", 1, "500m", "1Gi"), ct="spot", catalog=many)],
+        pools=[pool(types=many)],
+        spot_to_spot=True,
+    )
+    (replacement,) = only(result).replacements
+    assert len(replacement.options) == 15 and {o.capacity_type for o in replacement.options} == {"spot"}
+    assert [o.instance_type for o in replacement.options] == [f"c{i}.large" for i in range(15)]
+
+
+def test_on_demand_is_replaced_by_spot_pinned_to_spot():
+    catalog = (itype("m5.xlarge", 4, 16, 0.192), itype("c5.large", 2, 4, 0.085, spot=0.03))
+    nodes = [node("od", "m5.xlarge", pods("web", 1, "500m", "1Gi"), catalog=catalog)]
+    command = only(run(nodes, pools=[pool(types=catalog)]))
+    (replacement,) = command.replacements
+    assert replacement.requirements["karpenter.sh/capacity-type"].values == {"spot"}
+    assert [(o.instance_type, o.capacity_type) for o in replacement.options] == [("c5.large", "spot")]
+    assert command.savings_per_hour == pytest.approx(0.192 - 0.03)
+
+
+# ------------------------------------------------------------------ drift
+
+
+def test_a_drifted_node_is_replaced_without_a_price_comparison():
+    # Its pods need the whole m5.large: the replacement is the same type, at the same price.
+    m5 = (itype("m5.large", 2, 8, 0.096),)
+    drifted = node("old-ami", "m5.large", pods("web", 1, "1500m", "6Gi"), catalog=m5, drift_reason="AMIDrift")
+    command = only(run([drifted], pools=[pool(types=m5)]))
+    assert (command.reason, command.candidates) == (DRIFTED, ("old-ami",))
+    (replacement,) = command.replacements
+    assert replacement.chosen.instance_type == "m5.large" and replacement.pods == ("default/web-0",)
+    assert command.savings_per_hour == 0
+    assert command.explanation.startswith("node old-ami (m5.large on-demand $0.096/h) drifted (AMIDrift): replaced by")
+
+
+def test_empty_drifted_nodes_are_deleted_first_within_the_drift_budget():
+    one = PoolPolicy("general", consolidate_after_seconds=None, budgets=(Budget("1"),))  # no emptiness
+    nodes = [
+        node("busy", "m5.large", pods("web", 1), drift_reason="NodePoolDrifted"),
+        node("idle-1", "m5.large", drift_reason="NodePoolDrifted", created_at=NOW - 2 * DAY),
+        node("idle-2", "m5.large", drift_reason="NodePoolDrifted"),
+    ]
+    result = run(nodes, one)
+    command = only(result)
+    assert (command.reason, command.candidates, command.replacements) == (DRIFTED, ("idle-1",), ())
+    assert result.not_candidates["idle-2"].startswith("budget exhausted: NodePool general allows 0 more Drifted")
+
+
+def test_drift_respects_do_not_disrupt_unless_a_termination_grace_period_bounds_it():
+    kwargs = dict(drift_reason="AMIDrift", blocked_by=DO_NOT_DISRUPT, blocked_by_pods_only=True)
+    nodes = [node("n", "m5.xlarge", pods("db", 1), **kwargs)]
+    blocked = run(nodes)
+    assert blocked.not_candidates["n"] == f"drifted (AMIDrift) but disruption is blocked: {DO_NOT_DISRUPT}"
+    bounded = PoolPolicy("general", termination_grace_period_seconds=HOUR, budgets=EVERYTHING)
+    command = only(run(nodes, bounded))
+    assert command.reason == DRIFTED and "gives way after terminationGracePeriod 1h" in command.explanation
+
+
+# ------------------------------------------------------------------ expiration
+
+
+def test_expiration_is_forceful_even_with_a_zero_budget_and_do_not_disrupt():
+    strict = PoolPolicy("general", expire_after_seconds=HOUR, budgets=(Budget("0"),))
+    nodes = [
+        node("old", "m5.large", pods("db", 1), created_at=NOW - 2 * HOUR, blocked_by=DO_NOT_DISRUPT),
+        node("young", "m5.large", pods("web", 1), created_at=NOW - 10 * MINUTE),
+    ]
+    result = run(nodes, strict)
+    command = only(result)
+    assert (command.reason, command.candidates, command.forceful, command.replacements) == (
+        EXPIRED,
+        ("old",),
+        True,
+        (),
+    )
+    assert command.explanation == (
+        "node old expired: created 2h ago, NodePool general has expireAfter 1h; deleted now without a replacement "
+        f"first (expiration is forceful: budgets and do-not-disrupt do not apply); {DO_NOT_DISRUPT} does not stop "
+        "it; its 1 pod will be provisioned anew"
+    )
+    assert "young" in result.not_candidates
+
+
+def test_expire_after_never_keeps_nodes_forever():
+    forever = PoolPolicy("general", expire_after_seconds=None, budgets=EVERYTHING)
+    result = run([node("ancient", "m5.xlarge", pods("web", 1, "3", "1Gi"), created_at=NOW - 400 * DAY)], forever)
+    assert all(command.reason != EXPIRED for command in result.commands)
+
+
+# ------------------------------------------------------------------ simulation and purity
+
+
+def test_the_simulation_moves_the_candidates_pods_off_the_candidates():
+    seen = []
+
+    def recording_solve(snapshot):
+        seen.append(snapshot)
+        return solve(snapshot)
+
+    nodes = [
+        node("a", "c5.2xlarge", pods("web", 1, "500m", "1Gi")),
+        node("b", "m5.large", pods("api", 1)),
+        node("draining", "m5.large", pods("job", 1), disrupting=True),
+    ]
+    run(nodes, solve=recording_solve)
+    assert seen
+    for snapshot in seen:
+        assert all(p.node_name is None for p in snapshot.pods)
+        moved = {p.key for p in snapshot.pods}
+        stayed = {n.name for n in snapshot.nodes}
+        assert ("default/web-0" in moved) == ("a" not in stayed)
+        assert ("default/api-0" in moved) == ("b" not in stayed)
+        # A node already going away takes no pods, and its own pods need a home in every simulation.
+        assert "draining" not in stayed and "default/job-0" in moved
+
+
+def test_the_package_imports_no_framework():
+    # In a fresh interpreter, so what conftest or other tests imported cannot hide a transitive import.
+    forbidden = {"django", "rest_framework", "celery", "boto3", "botocore", "kubernetes", "redis"}
+    code = (
+        "import sys, provisioning.disruption.planner; "
+        f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & {forbidden!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -1,0 +1,261 @@
+"""Provisioning over rows: the batch window in Redis, a provisioning run's Decision and
+NodeClaims, the simulated kubelet and scheduler, and ``manage.py sim``."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+import yaml
+from django.core.management import call_command
+from django.utils import timezone
+
+from provisioning.cluster import simulated
+from provisioning.models import ClusterNode, ClusterPod, Decision, NodeClaim
+from provisioning.scheduling.solver import solve
+from provisioning.services import connections, provision
+from provisioning.services.catalog import bundled_catalog
+from provisioning.services.policy import apply_manifest
+
+pytestmark = pytest.mark.django_db
+
+GENERAL = {
+    "apiVersion": "karpenter.sh/v1",
+    "kind": "NodePool",
+    "metadata": {"name": "general"},
+    "spec": {
+        "template": {
+            "spec": {
+                "requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
+                ],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            }
+        }
+    },
+}
+
+
+def deployment(name: str, replicas: int, cpu: str = "500m", memory: str = "1Gi", **spec) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+                    ],
+                    **spec,
+                },
+            },
+        },
+    }
+
+
+@pytest.fixture
+def redis(redis_url, settings):
+    settings.REDIS_URL = redis_url
+    connections.reset()
+    client = connections.get_redis()
+    for key in client.scan_iter("karpweb:*"):
+        client.delete(key)
+    yield client
+    connections.reset()
+
+
+@pytest.fixture
+def policies(seed_ec2nodeclass):
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    apply_manifest(GENERAL, source="cli")
+
+
+def submit(*documents) -> list[str]:
+    pods, _ = simulated.workload_pods(list(documents))
+    return simulated.apply_pods(pods)
+
+
+# ------------------------------------------------------------------ the batch window
+
+
+def test_the_window_closes_after_the_idle_time(redis, settings):
+    settings.KARPWEB_BATCH_IDLE_SECONDS, settings.KARPWEB_BATCH_MAX_SECONDS = 1.0, 10.0
+    assert provision.note_pending(now=100.0, redis=redis) is True  # opened: the caller schedules
+    assert provision.note_pending(now=100.5, redis=redis) is False  # extended
+    assert provision.window_wait(now=101.0, redis=redis) == pytest.approx(0.5)
+    assert provision.window_wait(now=101.6, redis=redis) == 0.0  # closed, and reset
+    assert provision.note_pending(now=102.0, redis=redis) is True
+
+
+def test_the_window_closes_after_the_maximum_even_with_pods_arriving(redis, settings):
+    settings.KARPWEB_BATCH_IDLE_SECONDS, settings.KARPWEB_BATCH_MAX_SECONDS = 1.0, 10.0
+    provision.note_pending(now=0.0, redis=redis)
+    for t in range(1, 10):
+        provision.note_pending(now=t * 0.9, redis=redis)
+        assert provision.window_wait(now=t * 0.9, redis=redis) > 0
+    provision.note_pending(now=9.95, redis=redis)
+    assert provision.window_wait(now=10.0, redis=redis) == 0.0
+
+
+def test_one_provisioning_run_at_a_time(redis, policies):
+    lock = redis.lock(provision.PROVISION_LOCK, timeout=30)
+    assert lock.acquire(blocking=False)
+    submit(deployment("web", 3))
+    try:
+        assert provision.provision(redis=redis) is None  # another run holds the lock
+    finally:
+        lock.release()
+    decision = provision.provision(redis=redis)
+    assert decision is not None and decision.claims.count() >= 1
+
+
+# ------------------------------------------------------------------ a provisioning run
+
+
+def test_a_run_records_a_decision_its_claims_and_nominates_the_pods(redis, policies):
+    submit(deployment("web", 20), deployment("cache", 4, cpu="250m", memory="6Gi"))
+    decision = provision.provision_once()
+    assert decision is not None
+    assert len(decision.pods) == 24 and decision.unschedulable == []
+    assert set(decision.timings) == {"snapshot", "solve", "record"}
+    claims = list(decision.claims.all())
+    assert claims and sum(len(c.pods) for c in claims) == 24
+    for claim in claims:
+        assert claim.state == NodeClaim.State.PENDING and claim.launch_options and claim.why
+        prices = [o["price"] for o in claim.launch_options]
+        assert prices == sorted(prices) and len(prices) <= 60
+        assert claim.spec["nodeClassRef"]["name"] == "default" and claim.spec["driftHashes"]
+        assert ClusterPod.objects.filter(nominated=claim.name).count() == len(claim.pods)
+    # Nominated pods are not pending for the next run: nothing new is planned.
+    assert provision.provision_once() is None
+
+
+def test_unschedulable_pods_get_the_reason_on_the_decision_and_the_pod(redis, seed_ec2nodeclass, seed_nodepool):
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    apply_manifest(seed_nodepool, source="cli")  # instance-family In [m, c, r]: no such family
+    submit(deployment("web", 2))
+    decision = provision.provision_once()
+    assert decision.claims.count() == 0 and len(decision.unschedulable) == 2
+    assert all("karpenter.k8s.aws/instance-family" in u["reason"] for u in decision.unschedulable)
+    assert all("instance-family" in p.unschedulable_reason for p in ClusterPod.objects.all())
+
+
+def test_in_flight_claims_are_filled_before_new_ones_are_planned(redis, policies):
+    submit(deployment("web", 2, cpu="250m", memory="256Mi"))
+    first = provision.provision_once()
+    claim = first.claims.get()
+    submit(deployment("api", 1, cpu="100m", memory="128Mi"))
+    second = provision.provision_once()
+    # The small pod fits the claim in flight (the solver sees it as a node): no new claim.
+    assert second.claims.count() == 0
+    assert claim.name in {c.name for c in NodeClaim.objects.all()}
+
+
+# ------------------------------------------------------------------ the simulated cluster
+
+
+def launched(claim: NodeClaim, instance_type: str, seconds_ago: float = 10) -> None:
+    claim.move(
+        NodeClaim.State.PENDING,
+        NodeClaim.State.LAUNCHED,
+        instance_id=f"i-{claim.pk:017x}",
+        instance_type=instance_type,
+        zone="us-east-1a",
+        capacity_type="on-demand",
+        launched_at=timezone.now() - timedelta(seconds=seconds_ago),
+    )
+
+
+def test_the_kubelet_registers_launched_claims_and_the_scheduler_binds_what_fits(redis, policies):
+    submit(deployment("web", 6, cpu="1", memory="1Gi"))
+    decision = provision.provision_once()
+    catalog = bundled_catalog()
+    for claim in decision.claims.all():
+        launched(claim, claim.launch_options[0]["instanceType"])
+    names = simulated.register_launched(2.0, catalog.instance_type)
+    assert len(names) == decision.claims.count()
+    node = ClusterNode.objects.get(name=names[0])
+    labels = node.manifest["metadata"]["labels"]
+    assert labels["karpenter.sh/nodepool"] == "general" and labels["node.kubernetes.io/instance-type"]
+    assert node.manifest["status"]["allocatable"]["cpu"].endswith("m")
+    assert all(c.state == NodeClaim.State.INITIALIZED for c in NodeClaim.objects.all())
+    assert simulated.bind_pending(solve) == 6
+    assert not ClusterPod.objects.filter(node_name="").exists()
+
+
+def test_the_scheduler_never_overcommits_a_node(redis, policies):
+    submit(deployment("web", 1, cpu="500m", memory="512Mi"))
+    claim = provision.provision_once().claims.get()
+    launched(claim, "c5.large")  # 2 vCPU: about 1.9 allocatable
+    simulated.register_launched(0, bundled_catalog().instance_type)
+    submit(deployment("big", 3, cpu="1", memory="512Mi"))
+    simulated.bind_pending(solve)
+    node = ClusterNode.objects.get()
+    on_node = ClusterPod.objects.filter(node_name=node.name)
+    assert on_node.count() == 2  # web (500m) + one big (1): a second big would not fit
+    assert ClusterPod.objects.filter(node_name="").count() == 2
+
+
+def test_the_kubelet_waits_for_its_delay(redis, policies):
+    submit(deployment("web", 1))
+    claim = provision.provision_once().claims.get()
+    launched(claim, "c5.large", seconds_ago=0.5)
+    assert simulated.register_launched(2.0, bundled_catalog().instance_type) == []
+
+
+def test_claims_that_never_register_are_terminated_and_their_pods_pend_again(
+    redis, policies, simulated_aws, monkeypatch, settings
+):
+    for key, value in simulated_aws.env().items():
+        monkeypatch.setenv(key, value)
+    from provisioning.services.cloud import get_cloud
+
+    get_cloud.cache_clear()
+    submit(deployment("web", 1))
+    claim = provision.provision_once().claims.get()
+    launched(claim, "c5.large", seconds_ago=3600)
+    NodeClaim.objects.filter(pk=claim.pk).update(instance_id="")  # nothing to terminate in EC2
+    assert provision.expire_unregistered(timeout_seconds=900) == [claim.name]
+    claim.refresh_from_db()
+    assert claim.state == NodeClaim.State.TERMINATED and claim.reason == "RegistrationTimeout"
+    pod = ClusterPod.objects.get()
+    assert pod.nominated == "" and pod.node_name == ""
+    get_cloud.cache_clear()
+
+
+# ------------------------------------------------------------------ manage.py sim
+
+
+def test_sim_apply_status_and_delete(tmp_path, capsys, policies, settings):
+    settings.REDIS_URL = ""  # no Redis here: the pipeline's sweep would find the pods
+    connections.reset()
+    path = tmp_path / "app.yaml"
+    path.write_text(yaml.safe_dump_all([deployment("web", 3), {"kind": "Service", "metadata": {"name": "x"}}]))
+    call_command("sim", "apply", "-f", str(path))
+    out = capsys.readouterr()
+    assert "3 pods created" in out.out and "skipped Service" in out.err
+    call_command("sim", "status", "--format", "json")
+    status = json.loads(capsys.readouterr().out)
+    assert [p["name"] for p in status["pods"]] == ["default/web-0", "default/web-1", "default/web-2"]
+    assert all(p["phase"] == "Pending" and p["node"] is None for p in status["pods"]) and status["nodes"] == []
+    call_command("sim", "delete", "-f", str(path))
+    assert "3 pods deleted" in capsys.readouterr().out
+    assert not ClusterPod.objects.exists()
+    connections.reset()
+
+
+def test_sim_apply_rejects_bad_input_naming_the_document(tmp_path, capsys, policies):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(deployment("web", -1)))
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("sim", "apply", "-f", str(path))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Deployment web" in err and "spec.replicas" in err
+    assert not ClusterPod.objects.exists() and not Decision.objects.exists()
