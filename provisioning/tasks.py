@@ -121,6 +121,8 @@ def sweep_pending() -> bool:
     open a window again."""
     from provisioning.services import provision as service
 
+    if service.window_open():
+        return False  # a window is open: it will see every pending pod when it closes
     if service.pending_pods().filter(unschedulable_reason="").exists() or _unplanned_since_last_decision():
         pods_pending()
         return True
@@ -156,9 +158,18 @@ def sim_tick() -> dict[str, Any]:
     from provisioning.services.catalog import load_catalog
     from provisioning.services.simulate import default_solver
 
-    catalog = load_catalog()
-    registered = simulated.register_launched(settings.KARPWEB_SIM_KUBELET_DELAY_SECONDS, catalog.instance_type)
-    bound = simulated.bind_pending(default_solver())
+    from provisioning.services.connections import get_redis
+
+    # One tick at a time: a slow tick (many pods) must not race the next one.
+    lock = get_redis().lock("karpweb:sim:tick", timeout=60, blocking_timeout=0)
+    if not lock.acquire(blocking=False):
+        return {"skipped": "another tick is running"}
+    try:
+        catalog = load_catalog()
+        registered = simulated.register_launched(settings.KARPWEB_SIM_KUBELET_DELAY_SECONDS, catalog.instance_type)
+        bound = simulated.bind_pending(default_solver())
+    finally:
+        lock.release()
     return {"registered": registered, "bound": bound}
 
 

@@ -214,19 +214,33 @@ def _materialize(document: Manifest) -> list[Manifest]:
 
 
 def apply_pods(manifests: Sequence[Manifest]) -> list[str]:
-    """Create the pods that do not exist yet (pending); returns the keys created."""
-    created = []
+    """Create the pods that do not exist yet (pending), in one insert; returns their keys."""
+    wanted = {}
     for manifest in manifests:
         meta = manifest["metadata"]
-        owner = next(iter(meta.get("ownerReferences") or []), None)
-        _, made = ClusterPod.objects.get_or_create(
-            namespace=meta["namespace"],
-            name=meta["name"],
-            defaults={"manifest": manifest, "owner": f"{owner['kind']}/{owner['name']}" if owner else ""},
+        wanted[(meta["namespace"], meta["name"])] = manifest
+    namespaces = {ns for ns, _ in wanted}
+    existing = set(
+        ClusterPod.objects.filter(namespace__in=namespaces, name__in=[n for _, n in wanted]).values_list(
+            "namespace", "name"
         )
-        if made:
-            created.append(f"{meta['namespace']}/{meta['name']}")
-    return created
+    )
+    rows = []
+    for (namespace, name), manifest in wanted.items():
+        if (namespace, name) in existing:
+            continue
+        owner = next(iter(manifest["metadata"].get("ownerReferences") or []), None)
+        rows.append(
+            ClusterPod(
+                namespace=namespace,
+                name=name,
+                manifest=manifest,
+                owner=f"{owner['kind']}/{owner['name']}" if owner else "",
+            )
+        )
+    # A pod created meanwhile by another submitter is skipped, not an error.
+    ClusterPod.objects.bulk_create(rows, batch_size=500, ignore_conflicts=True)
+    return [f"{r.namespace}/{r.name}" for r in rows]
 
 
 def delete_pods(manifests: Sequence[Manifest]) -> int:
@@ -317,31 +331,47 @@ def _single(requirement: Manifest) -> bool:
 
 def bind_pending(solve: Callable[[Snapshot], Any]) -> int:
     """The simulated scheduler: bind pending pods to Ready nodes that fit them, as the
-    solver places pods on existing nodes (no NodePool in the snapshot, so nothing new)."""
+    solver places pods on existing nodes (no NodePool in the snapshot, so nothing new).
+    Pods nominated to a NodeClaim go to its node first, where the plan made room for them."""
     pending = list(ClusterPod.objects.filter(node_name=""))
-    if not pending:
+    ready = {n.name: n for n in ClusterNode.objects.filter(ready=True)}
+    if not pending or not ready:
         return 0
-    ready = list(ClusterNode.objects.filter(ready=True))
-    if not ready:
-        return 0
-    bound_pods = ClusterPod.objects.exclude(node_name="")
-    documents = (
-        [n.manifest for n in ready]
-        + [pod_manifest(p) for p in bound_pods if p.node_name]
-        + [pod_manifest(p) for p in pending]
-    )
+    bound_pods = list(ClusterPod.objects.exclude(node_name=""))
+    node_of = dict(NodeClaim.objects.exclude(node_name="").values_list("name", "node_name"))
+    nominated: dict[str, list[ClusterPod]] = {}
+    for pod in pending:
+        node = node_of.get(pod.nominated)
+        if node in ready:
+            nominated.setdefault(node, []).append(pod)
+    bound = 0
+    for node, pods in nominated.items():
+        on_node = [p for p in bound_pods if p.node_name == node]
+        bound += _bind(solve, [ready[node]], on_node, pods)
+    if bound:
+        bound_pods = list(ClusterPod.objects.exclude(node_name=""))
+    rest = list(ClusterPod.objects.filter(node_name=""))
+    if rest:
+        bound += _bind(solve, list(ready.values()), bound_pods, rest)
+    return bound
+
+
+def _bind(solve: Callable[[Snapshot], Any], nodes: list[ClusterNode], bound: list[ClusterPod], pending) -> int:
+    taken = {p.pk for p in bound}
+    pending = [p for p in pending if p.pk not in taken]
+    documents = [n.manifest for n in nodes] + [pod_manifest(p) for p in bound] + [pod_manifest(p) for p in pending]
     workloads = expand_all(documents)
     plan = solve(Snapshot(pods=workloads.pending, nodepools=(), nodes=workloads.nodes))
     by_key = {p.key: p for p in pending}
     now = timezone.now()
-    bound = 0
+    count = 0
     for node, keys in plan.existing.items():
         for key in keys:
             pod = by_key.get(key)
             if pod is None:
                 continue
-            bound += ClusterPod.objects.filter(pk=pod.pk, node_name="").update(
+            count += ClusterPod.objects.filter(pk=pod.pk, node_name="").update(
                 node_name=node, phase=ClusterPod.Phase.RUNNING, bound_at=now, nominated="", unschedulable_reason=""
             )
         ClusterNode.objects.filter(name=node).update(last_pod_change_at=now)
-    return bound
+    return count

@@ -7,7 +7,9 @@ requests, results back into rows, and keeps the ICE cache in Redis.
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import time
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -168,7 +170,7 @@ def _launch_request(claim: NodeClaim, cloud: CloudProvider) -> LaunchRequest:
     nodeclass = EC2NodeClass.objects.filter(name=claim.nodeclass_name).first()
     if nodeclass is None:
         raise NodeClassNotReady(f"EC2NodeClass {claim.nodeclass_name!r} does not exist")
-    resolved = resolve_nodeclass(nodeclass, cloud)
+    resolved = _resolved_recently(nodeclass, cloud)
     if not resolved.ready:
         raise NodeClassNotReady(f"EC2NodeClass {nodeclass.name!r} is not ready: {'; '.join(resolved.problems)}")
     options = tuple(
@@ -192,6 +194,23 @@ def _launch_request(claim: NodeClaim, cloud: CloudProvider) -> LaunchRequest:
         labels=labels,
         taints=tuple(claim.spec.get("taints") or ()),
     )
+
+
+# Launches reuse a recent resolution of their EC2NodeClass (selectors rarely change; the
+# beat re-resolves every minute), so a burst of claims is not a burst of Describe calls.
+RESOLVED_TTL_SECONDS = 30.0
+_resolved: dict[tuple[str, str], tuple[float, ResolvedNodeClass]] = {}
+
+
+def _resolved_recently(nodeclass: EC2NodeClass, cloud: CloudProvider) -> ResolvedNodeClass:
+    key = (nodeclass.name, json.dumps(nodeclass.spec, sort_keys=True))
+    hit = _resolved.get(key)
+    now = time.monotonic()
+    if hit is not None and hit[0] > now and hit[1].ready:
+        return hit[1]
+    resolved = resolve_nodeclass(nodeclass, cloud)
+    _resolved[key] = (now + RESOLVED_TTL_SECONDS, resolved)
+    return resolved
 
 
 def _price_of(claim: NodeClaim, instance_type: str, zone: str, capacity_type: str) -> Decimal | None:

@@ -63,6 +63,10 @@ def note_pending(now: float | None = None, redis: Any = None) -> bool:
     return bool(opened)
 
 
+def window_open(redis: Any = None) -> bool:
+    return bool((redis or get_redis()).exists(WINDOW_OPEN))
+
+
 def window_wait(now: float | None = None, redis: Any = None) -> float:
     """Seconds until the window closes; 0 means closed now (and the window is reset)."""
     redis = redis or get_redis()

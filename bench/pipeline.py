@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""The pipeline end to end: a burst of pods submitted to the simulated cluster, provisioned by
+a Celery worker (with beat) over Redis, launched in the simulated AWS, registered by the
+simulated kubelet and bound by the simulated scheduler.
+
+    .venv/bin/python bench/pipeline.py                 # 1,000 pods, 1 s idle window, 2 s kubelet delay
+    .venv/bin/python bench/pipeline.py --pods 200 --workers 4
+
+Prints:
+
+* pod-to-launch latency: from a pod's submission (its row is written, as ``sim apply`` does)
+  to the moment a worker starts the cloud call (CreateFleet) for the NodeClaim it is
+  nominated to; p50, p99 and max over every pod;
+* submit-to-bound: from the start of the submission to the moment the last pod is bound.
+
+Uses DATABASE_URL and REDIS_URL when set (PostgreSQL and Redis of the machine), else a
+fresh SQLite file and the embedded Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+CPU = ("100m", "250m", "500m", "1", "1.5")
+MEMORY = ("100Mi", "256Mi", "512Mi", "1024Mi", "2048Mi", "4096Mi")
+
+
+def deployments(pods: int, seed: int = 42) -> list[dict]:
+    """``pods`` replicas over 30 Deployments of the upstream benchmark's request shapes."""
+    rng = random.Random(seed)
+    shapes = [(c, m) for c in CPU for m in MEMORY]
+    counts = [0] * len(shapes)
+    for _ in range(pods):
+        counts[rng.randrange(len(shapes))] += 1
+    out = []
+    for i, ((cpu, memory), n) in enumerate(zip(shapes, counts, strict=True)):
+        if n:
+            out.append(
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "metadata": {"name": f"app-{i}"},
+                    "spec": {
+                        "replicas": n,
+                        "selector": {"matchLabels": {"app": f"app-{i}"}},
+                        "template": {
+                            "metadata": {"labels": {"app": f"app-{i}"}},
+                            "spec": {
+                                "containers": [
+                                    {
+                                        "name": "c",
+                                        "image": "i",
+                                        "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                                    }
+                                ]
+                            },
+                        },
+                    },
+                }
+            )
+    return out
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker concurrency")
+    parser.add_argument("--kubelet-delay", type=float, default=2.0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args()
+
+    from simaws import start_simulated_aws, stop_simulated_aws
+
+    from provisioning.launcher import embedded_redis_argv, free_port, wait_for_port
+
+    workdir = Path(tempfile.mkdtemp(prefix="karpweb-bench-"))
+    procs: list[subprocess.Popen] = []
+    try:
+        sim = start_simulated_aws(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(sim.process)
+        redis_url = os.environ.get("REDIS_URL")
+        if not redis_url:
+            port = free_port()
+            procs.append(subprocess.Popen(embedded_redis_argv(port, workdir / "redis"), stdout=subprocess.DEVNULL))
+            wait_for_port(port)
+            redis_url = f"redis://127.0.0.1:{port}/0"
+        env = {
+            **os.environ,
+            **sim.env(),
+            "REDIS_URL": redis_url,
+            "KARPWEB_VAR_DIR": str(workdir),
+            "KARPWEB_CLUSTER_NAME": "my-cluster",
+            "KARPWEB_SIM_KUBELET_DELAY_SECONDS": str(args.kubelet_delay),
+            "KARPWEB_DEMO_WORKLOAD": "0",
+            "DJANGO_SETTINGS_MODULE": "karpweb.settings",
+        }
+        os.environ.update(env)
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        from provisioning.cluster import simulated
+        from provisioning.models import ClusterPod, NodeClaim
+        from provisioning.services import connections
+        from provisioning.services.policy import apply_manifest
+        from provisioning.tasks import pods_pending
+
+        connections.get_redis().flushdb()
+        for document in _policies():
+            apply_manifest(document, source="cli")
+        argv = [sys.executable, "-m", "celery", "-A", "karpweb", "worker", "--beat"]
+        argv += ["--schedule", str(workdir / "beat"), "--loglevel", os.environ.get("LOGLEVEL", "WARNING"), "--concurrency", str(args.workers)]
+        argv += ["--without-gossip", "--without-mingle"]
+        with open(workdir / "worker.log", "wb") as log:
+            procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+        time.sleep(5)  # the worker connects and warms its catalog
+
+        pods, _ = simulated.workload_pods(deployments(args.pods))
+        started = time.time()
+        simulated.apply_pods(pods)
+        pods_pending()
+        submitted = time.time()
+        deadline = started + args.timeout
+        while time.time() < deadline and ClusterPod.objects.filter(node_name="").exists():
+            time.sleep(0.1)
+        bound_at = time.time()
+        pending = ClusterPod.objects.filter(node_name="").count()
+
+        launch_started = dict(
+            NodeClaim.objects.exclude(launch_started_at=None).values_list("name", "launch_started_at")
+        )
+        latencies = []
+        for pod in ClusterPod.objects.all():
+            claim = pod.nominated or ""
+            # Bound pods forget their nomination; the claim of their node tells.
+            if not claim and pod.node_name:
+                claim = NodeClaim.objects.filter(node_name=pod.node_name).values_list("name", flat=True).first() or ""
+            if claim in launch_started:
+                latencies.append((launch_started[claim] - pod.created_at).total_seconds())
+        claims = NodeClaim.objects.exclude(instance_id="").count()
+        shapes = len(deployments(args.pods))
+        print(f"pods: {args.pods:,} in {shapes} Deployments, submitted in {submitted - started:.2f} s")
+        print(
+            f"NodeClaims launched: {claims}; worker concurrency {args.workers}; kubelet delay {args.kubelet_delay:g} s"
+        )
+        if latencies:
+            print(
+                f"pod-to-launch latency: p50 {statistics.median(latencies):.2f} s, "
+                f"p99 {percentile(latencies, 99):.2f} s, max {max(latencies):.2f} s ({len(latencies)} pods)"
+            )
+        status = "all bound" if not pending else f"{pending} still pending after {args.timeout:g} s"
+        print(f"submit to all bound: {bound_at - started:.2f} s ({status})")
+        if os.environ.get("KEEP"):
+            from collections import Counter
+
+            from provisioning.models import Decision
+
+            print(Counter(NodeClaim.objects.values_list("state", flat=True)), Decision.objects.count(), "decisions")
+        return 0 if not pending else 1
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        if "sim" in locals():
+            stop_simulated_aws(sim.process)
+        if os.environ.get("KEEP"):
+            print(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _policies() -> list[dict]:
+    import yaml
+
+    documents = list(yaml.safe_load_all((ROOT / "provisioning" / "demo" / "policies.yaml").read_text()))
+    for document in documents:
+        if document["kind"] == "NodePool":
+            document["spec"].pop("limits", None)  # the demo's limits are for a laptop, not a burst
+    return documents
+
+
+if __name__ == "__main__":
+    sys.exit(main())
