@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds bench-webhook bench-catalog bench-solver clean
+.PHONY: setup run test test-fast lint crds bench-webhook bench-catalog bench-solver bench-pipeline clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,9 @@ bench-catalog: setup
 
 bench-solver: setup
 	$(PY) bench/solver.py
+
+bench-pipeline: setup
+	$(PY) bench/pipeline.py --workers 4
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

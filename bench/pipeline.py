@@ -129,7 +129,8 @@ def main() -> int:
         for document in _policies():
             apply_manifest(document, source="cli")
         argv = [sys.executable, "-m", "celery", "-A", "karpweb", "worker", "--beat"]
-        argv += ["--schedule", str(workdir / "beat"), "--loglevel", os.environ.get("LOGLEVEL", "WARNING"), "--concurrency", str(args.workers)]
+        argv += ["--schedule", str(workdir / "beat"), "--loglevel", os.environ.get("LOGLEVEL", "WARNING")]
+        argv += ["--concurrency", str(args.workers)]
         argv += ["--without-gossip", "--without-mingle"]
         with open(workdir / "worker.log", "wb") as log:
             procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))

@@ -233,6 +233,25 @@ class NodeClaim(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def to_manifest(self) -> dict[str, Any]:
+        """The karpenter.sh/v1 NodeClaim object created in a real cluster, so kubectl shows
+        what was decided."""
+        spec = {k: v for k, v in self.spec.items() if k != "driftHashes"}
+        hashes = self.spec.get("driftHashes") or {}
+        return {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {
+                "name": self.name,
+                "labels": {"karpenter.sh/nodepool": self.nodepool_name},
+                "annotations": {
+                    "karpenter.sh/nodepool-hash": hashes.get("nodepool", ""),
+                    "karpenter.k8s.aws/ec2nodeclass-hash": hashes.get("nodeclass", ""),
+                },
+            },
+            "spec": spec,
+        }
+
     @property
     def provider_id(self) -> str:
         return f"aws:///{self.zone}/{self.instance_id}" if self.instance_id else ""

@@ -9,6 +9,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from provisioning.cloud.base import CloudError, Throttled
+from provisioning.cluster.base import ClusterError
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def refresh_catalog(region: str | None = None) -> dict[str, Any]:
 
 @shared_task(
     name="provisioning.tasks.launch_nodeclaim",
-    autoretry_for=(Throttled,),
+    autoretry_for=(Throttled, ClusterError),
     retry_backoff=True,
     retry_backoff_max=120,
     retry_jitter=True,
@@ -51,12 +52,26 @@ def refresh_catalog(region: str | None = None) -> dict[str, Any]:
 def launch_nodeclaim(claim_id: int) -> dict[str, Any]:
     """Launch one NodeClaim; throttling retries with backoff, the ClientToken (the claim's
     uid) keeps a redelivered message from starting a second instance."""
+    from django.conf import settings
+
     from provisioning.services import cloud
 
+    if settings.KARPWEB_CLUSTER == "kubernetes":
+        _publish_nodeclaim(claim_id)
     claim = cloud.launch_nodeclaim(claim_id)
     if claim is None:
         return {"claim": claim_id, "skipped": "not pending"}
     return {"claim": claim.name, "state": claim.state, "instance": claim.instance_id, "reason": claim.reason}
+
+
+def _publish_nodeclaim(claim_id: int) -> None:
+    """Create the NodeClaim object in the cluster (idempotent) before launching."""
+    from provisioning.cluster import get_cluster
+    from provisioning.models import NodeClaim
+
+    claim = NodeClaim.objects.filter(pk=claim_id, state=NodeClaim.State.PENDING).first()
+    if claim is not None:
+        get_cluster().create_nodeclaim(claim.to_manifest())
 
 
 @shared_task(name="provisioning.tasks.resolve_nodeclasses")
@@ -156,9 +171,8 @@ def sim_tick() -> dict[str, Any]:
 
     from provisioning.cluster import simulated
     from provisioning.services.catalog import load_catalog
-    from provisioning.services.simulate import default_solver
-
     from provisioning.services.connections import get_redis
+    from provisioning.services.simulate import default_solver
 
     # One tick at a time: a slow tick (many pods) must not race the next one.
     lock = get_redis().lock("karpweb:sim:tick", timeout=60, blocking_timeout=0)
@@ -180,6 +194,21 @@ def demo_workload() -> dict[str, int]:
     replicas = demo.step()
     pods_pending()
     return replicas
+
+
+@shared_task(
+    name="provisioning.tasks.export_policy",
+    autoretry_for=(Exception,),
+    retry_backoff=5,
+    retry_backoff_max=300,
+    max_retries=10,
+)
+def export_policy(kind: str, name: str) -> str:
+    """Push a NodePool or EC2NodeClass edited here (browser, REST, CLI) to the real cluster."""
+    from provisioning.cluster import get_cluster
+    from provisioning.services import crdsync
+
+    return str(crdsync.export_change(kind, name, get_cluster()))
 
 
 @shared_task(name="provisioning.tasks.disrupt", ignore_result=True)

@@ -259,3 +259,26 @@ def test_sim_apply_rejects_bad_input_naming_the_document(tmp_path, capsys, polic
     err = capsys.readouterr().err
     assert "Deployment web" in err and "spec.replicas" in err
     assert not ClusterPod.objects.exists() and not Decision.objects.exists()
+
+
+def test_a_window_lost_with_redis_is_opened_again_by_the_sweep(redis, policies, monkeypatch):
+    from provisioning import tasks
+
+    scheduled = []
+    monkeypatch.setattr(tasks.batch_window, "apply_async", lambda **kw: scheduled.append(kw))
+    submit(deployment("web", 2))
+    tasks.pods_pending()
+    assert provision.window_open(redis) and len(scheduled) == 1
+    redis.flushdb()  # Redis restarted: the window and its flag are gone
+    assert tasks.sweep_pending() is True
+    assert provision.window_open(redis) and len(scheduled) == 2
+
+
+def test_nodeclaim_manifest_is_karpenters_shape(redis, policies):
+    submit(deployment("web", 1))
+    claim = provision.provision_once().claims.get()
+    manifest = claim.to_manifest()
+    assert manifest["apiVersion"] == "karpenter.sh/v1" and manifest["kind"] == "NodeClaim"
+    assert manifest["metadata"]["labels"] == {"karpenter.sh/nodepool": "general"}
+    assert {"requirements", "resources", "nodeClassRef"} <= set(manifest["spec"])
+    assert "driftHashes" not in manifest["spec"]

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from provisioning import crd
@@ -107,7 +108,9 @@ def apply_manifest(
         return Applied(preview, "created" if current is None else "updated", result.warnings, dry_run=True)
     try:
         with transaction.atomic():
-            return _save(kind.kind, defaulted, source, actor, expected_version, result.warnings)
+            applied = _save(kind.kind, defaulted, source, actor, expected_version, result.warnings)
+            _export_later(kind.kind, applied.obj.name, source)
+            return applied
     except IntegrityError:
         # Two creates of one name raced; the loser is told, as the API server would.
         raise Conflict(None, f"{kind.kind} {defaulted['metadata']['name']!r} was created concurrently") from None
@@ -203,7 +206,18 @@ def delete_resource(
         before = current.to_manifest()
         current.delete()
         record(current, AuditEntry.Action.DELETED, source, actor, before, None)
+        _export_later(kind, name, source)
     return warnings
+
+
+def _export_later(kind: str, name: str, source: str) -> None:
+    """With a real cluster, a change made here (not one that came from kubectl) is pushed to
+    the cluster once committed; the export checks resourceVersions, so nothing is lost."""
+    if settings.KARPWEB_CLUSTER != "kubernetes" or source == AuditEntry.Source.KUBECTL:
+        return
+    from provisioning.tasks import export_policy
+
+    transaction.on_commit(lambda: export_policy.delay(kind, name))
 
 
 def record(

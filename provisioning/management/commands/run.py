@@ -80,7 +80,7 @@ class Command(BaseCommand):
                     "--loglevel",
                     "INFO",
                     "--concurrency",
-                    "2",
+                    "4",  # launches wait on EC2 more than they compute
                     "--without-gossip",
                     "--without-mingle",
                 ],
