@@ -32,6 +32,7 @@ class Bin:
     cheapest: int | None = None  # planned claims: the cheapest of ``idx`` under the requirements
     price: float = 0.0  # ... and its price
     origin: str = ""  # the pod that opened a claim, for explanations
+    stale: bool = False  # planned claims: ``idx`` may still hold types too small for ``used``
 
     @property
     def existing(self) -> bool:

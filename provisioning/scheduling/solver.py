@@ -111,6 +111,7 @@ class _Run:
         self._claim_index: dict[int, int] = {}
         self._alone_cost: dict[tuple, float] = {}
         self._eligible_cache: dict[tuple, frozenset[str]] = {}
+        self._options: dict[tuple, list[InstanceTypeOption]] = {}
 
     # ---------------------------------------------------------------- set-up
 
@@ -331,6 +332,8 @@ class _Run:
         requirements = self._pin_domains(pod, variant, b.requirements.merge(variant.requirements), b)
         if requirements is None:
             return None, False
+        if self._fits_as_is(b, requirements, b.used + vector * count):
+            return requirements, False  # same requirements, same cheapest type: nothing to narrow
         idx = self._narrow(b, requirements, b.used + vector * count)
         if not len(idx) or (_has_min_values(requirements) and not model.min_values_ok(requirements, _mask(model, idx))):
             return None, len(requirements) == len(b.requirements.merge(variant.requirements))
@@ -444,9 +447,36 @@ class _Run:
             requirements = requirements.add(Requirement.of(constraint.key, IN, [best]))
         return requirements
 
+    def _fits_as_is(self, b: Bin, requirements: Requirements, used: np.ndarray) -> bool:
+        """The claim keeps its requirements and its cheapest type still holds ``used``: its
+        price and limits do not change, and narrowing its types can wait (``_exact``)."""
+        return (
+            requirements is b.requirements
+            and b.cheapest is not None
+            and b.pool is not None
+            and not _has_min_values(requirements)
+            and bool((b.pool.usable[b.cheapest] >= used).all())
+        )
+
+    def _exact(self, b: Bin) -> None:
+        """Drop the types that no longer hold what the claim holds (deferred by ``_grow``)."""
+        if b.stale and b.pool is not None and b.idx is not None:
+            b.stale = False
+            self._set_idx(b, b.idx[(b.pool.usable[b.idx] >= b.used).all(axis=1)])
+
     def _grow(self, b: Bin, requirements: Requirements, pod: Pod, variant: Variant, vector, count: int) -> None:
         model = b.pool
         assert model is not None
+        if self._fits_as_is(b, requirements, b.used + vector * count):
+            b.used = b.used + vector * count
+            b.stale = True
+            index = self._claim_index.get(id(b))
+            if index is not None:
+                self._update_room(b, index)
+            if b.committed is None:  # a claim just opened: its capacity counts against limits
+                self._commit_capacity(model, b)
+            self._commit(pod, b, variant, vector, add_usage=False)
+            return
         b.requirements = requirements
         b.used = b.used + vector * count
         self._set_idx(b, self._narrow(b, requirements, b.used))
@@ -798,6 +828,7 @@ class _Run:
         return len(node.pods) if node is not None else 0
 
     def _finish(self, b: Bin) -> ClaimPlan:
+        self._exact(b)
         model = b.pool
         assert model is not None and b.idx is not None
         mask = b.mask
@@ -808,7 +839,11 @@ class _Run:
             labels = [model.types[model.index_of(o.instance_type)].labels for o in options]
             options = options[: max(limit, b.requirements.min_values_prefix(labels) or 0)]
         else:
-            options = model.options(mask, b.requirements, limit)
+            # Claims of one shape share their candidate types: price and sort them once.
+            key = (model.name, b.idx.tobytes(), b.requirements.get(ZONE), b.requirements.get(CAPACITY_TYPE))
+            options = self._options.get(key)
+            if options is None:
+                options = self._options[key] = model.options(mask, b.requirements, limit)
         chosen = options[0]
         index = model.index_of(chosen.instance_type)
         requests = {r: int(v) for r, v in zip(self.resources, b.used + model.overhead[index], strict=True) if v}
