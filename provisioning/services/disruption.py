@@ -29,6 +29,7 @@ from provisioning.cluster.simulated import pod_manifest
 from provisioning.disruption import planner
 from provisioning.disruption.model import Candidate, Command, PoolPolicy
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
+from provisioning.scheduling.labelselector import LabelSelector
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ def _picture(now, recheck: Disruption | None = None) -> tuple[list[Candidate], A
     pools = {p.name: p for p in NodePool.objects.all()}
     nodeclasses = {c.name: c for c in EC2NodeClass.objects.all()}
     annotated = {p.key: p for p in bound}
+    budgets = _pdbs()
     candidates = []
     for node in nodes:
         claim = claims.get(node.nodeclaim)
@@ -146,9 +148,9 @@ def _picture(now, recheck: Disruption | None = None) -> tuple[list[Candidate], A
                 pods=pods,
                 last_pod_change_at=changed.timestamp(),
                 drift_reason=_drift(claim, pools.get(claim.nodepool_name), nodeclasses.get(claim.nodeclass_name)),
-                blocked_by=_blocked(node, [annotated.get(p.key) for p in pods]),
-                blocked_by_pods_only=_blocked(node, []) is None
-                and _blocked(node, [annotated.get(p.key) for p in pods]) is not None,
+                blocked_by=_blocked(node, [annotated.get(p.key) for p in pods], budgets),
+                blocked_by_pods_only=_blocked(node, [], budgets) is None
+                and _blocked(node, [annotated.get(p.key) for p in pods], budgets) is not None,
                 disrupting=node.name in disrupting,
             )
         )
@@ -168,17 +170,49 @@ def _drift(claim: NodeClaim, pool: NodePool | None, nodeclass: EC2NodeClass | No
     return None
 
 
-def _blocked(node: ClusterNode, pods: list[ClusterPod | None]) -> str | None:
+def _pdbs() -> list[tuple[str, str, LabelSelector, int]]:
+    """PodDisruptionBudgets that allow no eviction now: (namespace, name, selector, allowed)."""
+    out = []
+    try:
+        budgets = get_cluster().pdbs()
+    except Exception as exc:  # an unreachable cluster: plan without, evictions still ask
+        log.warning("disruption: cannot list PodDisruptionBudgets (%s)", exc)
+        return out
+    for pdb in budgets:
+        meta, spec = pdb.get("metadata") or {}, pdb.get("spec") or {}
+        allowed = int((pdb.get("status") or {}).get("disruptionsAllowed", 0) or 0)
+        if allowed > 0:
+            continue
+        try:
+            selector = LabelSelector.from_manifest(spec.get("selector") or {}, "spec.selector")
+        except Exception:
+            continue
+        out.append((meta.get("namespace") or "default", meta.get("name", ""), selector, allowed))
+    return out
+
+
+def _blocked(node: ClusterNode, pods: list[ClusterPod | None], pdbs=()) -> str | None:
     annotations = (node.manifest.get("metadata") or {}).get("annotations") or {}
     if annotations.get(DO_NOT_DISRUPT) == "true":
         return f"the node has the {DO_NOT_DISRUPT} annotation"
     for pod in pods:
         if pod is None:
             continue
-        pod_annotations = (pod.manifest.get("metadata") or {}).get("annotations") or {}
-        if pod_annotations.get(DO_NOT_DISRUPT) == "true":
+        metadata = pod.manifest.get("metadata") or {}
+        if (metadata.get("annotations") or {}).get(DO_NOT_DISRUPT) == "true":
             return f"pod {pod.key} has the {DO_NOT_DISRUPT} annotation"
+        labels = metadata.get("labels") or {}
+        for namespace, name, selector, _ in pdbs:
+            # An empty selector in policy/v1 selects every pod of the namespace.
+            if namespace == pod.namespace and selector.matches(labels):
+                return f"PodDisruptionBudget {namespace}/{name} allows no disruption of pod {pod.key} now"
     return None
+
+
+def _grace_seconds(node: ClusterNode) -> float | None:
+    pool = NodePool.objects.filter(name=node.nodepool).first()
+    policy = _policy(pool) if pool is not None else None
+    return policy.termination_grace_period_seconds if policy is not None else None
 
 
 def _record(command: Command, now) -> Disruption:
@@ -276,6 +310,12 @@ def _drain(disruption: Disruption, now) -> None:
         refused = [
             pod.key for pod in ClusterPod.objects.filter(node_name=name) if not cluster.evict(pod.namespace, pod.name)
         ]
+        grace = _grace_seconds(node)
+        if refused and grace is not None and (now - disruption.planned_at).total_seconds() > grace:
+            # terminationGracePeriod elapsed: the node goes, PDBs or not (as upstream).
+            disruption.message = f"terminationGracePeriod ({grace:g} s) elapsed: {len(refused)} pods deleted"
+            disruption.save(update_fields=["message"])
+            refused = []
         if refused:
             done = False
             disruption.message = f"waiting: eviction of {', '.join(refused[:3])} refused by a PodDisruptionBudget"

@@ -1,0 +1,165 @@
+"""The disruption round over rows: planned, re-checked 15 s later, drained and terminated;
+do-not-disrupt and PodDisruptionBudgets keep nodes out, with the reason on the node."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from provisioning.cluster import simulated
+from provisioning.cluster.simulated import SimulatedCluster, node_manifest
+from provisioning.models import ClusterNode, ClusterPod, Disruption, NodeClaim
+from provisioning.services import connections, disruption
+from provisioning.services.catalog import bundled_catalog
+from provisioning.services.policy import apply_manifest
+
+pytestmark = pytest.mark.django_db
+
+NODEPOOL = {
+    "apiVersion": "karpenter.sh/v1",
+    "kind": "NodePool",
+    "metadata": {"name": "general"},
+    "spec": {
+        "template": {
+            "spec": {
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            }
+        },
+        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"},
+    },
+}
+
+
+@pytest.fixture
+def cluster(seed_ec2nodeclass, redis_url, settings, monkeypatch):
+    settings.REDIS_URL = redis_url
+    connections.reset()
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    apply_manifest(NODEPOOL, source="cli")
+    fake = _Cluster()
+    monkeypatch.setattr(disruption, "get_cluster", lambda: fake)
+    monkeypatch.setattr("provisioning.services.provision.get_cluster", lambda: fake, raising=False)
+    yield fake
+    connections.reset()
+
+
+class _Cluster(SimulatedCluster):
+    budgets: list = []
+
+    def pdbs(self):
+        return self.budgets
+
+
+def add_node(name: str, instance_type: str = "m5.xlarge", price: float = 0.192, annotations=None) -> ClusterNode:
+    it = bundled_catalog().instance_type(instance_type)
+    past = timezone.now() - timedelta(hours=1)
+    claim = NodeClaim.objects.create(
+        name=f"claim-{name}",
+        nodepool_name="general",
+        nodeclass_name="default",
+        state=NodeClaim.State.INITIALIZED,
+        instance_type=instance_type,
+        zone="us-east-1a",
+        capacity_type="on-demand",
+        price_per_hour=price,
+        node_name=name,
+        launch_options=[
+            {"instanceType": instance_type, "zone": "us-east-1a", "capacityType": "on-demand", "price": price}
+        ],
+        spec={"driftHashes": disruption.drift_hashes("general", "default")},
+    )
+    NodeClaim.objects.filter(pk=claim.pk).update(created_at=past, initialized_at=past)
+    manifest = node_manifest(name, it, zone="us-east-1a", capacity_type="on-demand", nodepool="general")
+    if annotations:
+        manifest["metadata"]["annotations"] = annotations
+    return ClusterNode.objects.create(
+        name=name, manifest=manifest, nodeclaim=claim.name, nodepool="general", ready=True, last_pod_change_at=past
+    )
+
+
+def add_pod(name: str, node: str, labels=None, annotations=None) -> ClusterPod:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": labels or {}, "annotations": annotations or {}},
+        "spec": {
+            "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}}]
+        },
+    }
+    return ClusterPod.objects.create(namespace="default", name=name, manifest=manifest, node_name=node, phase="Running")
+
+
+def test_an_empty_node_is_planned_rechecked_and_terminated(cluster):
+    add_node("ip-empty")
+    add_node("ip-busy")
+    add_pod("web-0", "ip-busy")
+    now = timezone.now()
+    planned = disruption.run(now)
+    assert planned.reason == "Empty" and planned.nodes == ["ip-empty"] and planned.state == Disruption.State.PLANNED
+    assert float(planned.savings_per_hour) == pytest.approx(0.192)
+    disruption.run(now + timedelta(seconds=5))  # not yet re-checked
+    planned.refresh_from_db()
+    assert planned.state == Disruption.State.PLANNED
+    disruption.run(now + timedelta(seconds=16))
+    planned.refresh_from_db()
+    assert planned.state == Disruption.State.DONE and planned.finished_at is not None
+    assert not ClusterNode.objects.filter(name="ip-empty").exists()
+    assert NodeClaim.objects.get(name="claim-ip-empty").state == NodeClaim.State.TERMINATED
+
+
+def test_a_plan_no_longer_valid_is_cancelled(cluster):
+    add_node("ip-empty")
+    now = timezone.now()
+    planned = disruption.run(now)
+    add_pod("late", "ip-empty")  # a pod landed meanwhile
+    disruption.run(now + timedelta(seconds=16))
+    planned.refresh_from_db()
+    assert planned.state == Disruption.State.CANCELLED and "no longer valid" in planned.message
+
+
+def test_do_not_disrupt_and_pdbs_keep_nodes_with_the_reason(cluster):
+    add_node("ip-a", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    add_node("ip-b")
+    add_pod("db-0", "ip-b", labels={"app": "db"})
+    add_node("ip-c")
+    add_pod("cache-0", "ip-c", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    cluster.budgets = [
+        {
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}},
+            "status": {"disruptionsAllowed": 0},
+        }
+    ]
+    result = disruption.plan(timezone.now())
+    assert not result.commands
+    notes = dict(ClusterNode.objects.values_list("name", "disruption_note"))
+    assert "do-not-disrupt" in notes["ip-a"]
+    assert "PodDisruptionBudget default/db" in notes["ip-b"]
+    assert "cache-0" in notes["ip-c"]
+
+
+def test_a_changed_nodepool_template_drifts_its_nodes(cluster):
+    add_node("ip-old")
+    add_pod("web-0", "ip-old")
+    changed = {
+        **NODEPOOL,
+        "spec": {
+            **NODEPOOL["spec"],
+            "template": {"metadata": {"labels": {"team": "a"}}, **NODEPOOL["spec"]["template"]},
+        },
+    }
+    apply_manifest(changed, source="cli")
+    result = disruption.plan(timezone.now())
+    assert [c.reason for c in result.commands] == ["Drifted"]
+    command = result.commands[0]
+    assert command.candidates == ("ip-old",) and len(command.replacements) == 1  # its pod needs a home first
+
+
+def test_simulated_pods_pend_again_after_their_node_is_deleted(cluster):
+    add_node("ip-x")
+    add_pod("web-0", "ip-x")
+    simulated.SimulatedCluster().delete_node("ip-x")
+    assert ClusterPod.objects.get().node_name == ""
