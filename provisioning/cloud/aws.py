@@ -454,7 +454,7 @@ class AWSCloud:
             raise NodeClassNotReady(
                 f"EC2NodeClass {request.nodeclass.name} is not ready: {'; '.join(request.nodeclass.problems)}"
             )
-        existing = self.find_instance(request.nodeclaim_name)
+        existing = None if request.first_attempt else self.find_instance(request.nodeclaim_name)
         if existing is not None:
             log.info("nodeclaim %s already has instance %s", request.nodeclaim_name, existing.id)
             return existing

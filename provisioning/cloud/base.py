@@ -86,6 +86,9 @@ class LaunchRequest:
     capacity_type: str  # the capacity type to launch now: "spot" or "on-demand"
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[dict[str, str], ...] = ()
+    # A first attempt skips looking for an instance launched before: none can exist, and
+    # the ClientToken covers a call that reached EC2 but whose answer was lost.
+    first_attempt: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ requests, results back into rows, and keeps the ICE cache in Redis.
 from __future__ import annotations
 
 import functools
+import dataclasses
 import json
 import logging
 import time
@@ -121,9 +122,10 @@ def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeC
     ):
         return None
     NodeClaim.objects.filter(pk=claim.pk).update(launch_attempts=F("launch_attempts") + 1)
+    first_attempt = claim.launch_attempts == 0
     cloud = cloud or get_cloud()
     try:
-        request = _launch_request(claim, cloud)
+        request = dataclasses.replace(_launch_request(claim, cloud), first_attempt=first_attempt)
         redis = get_redis()
         instance = launch_with_fallback(
             cloud,
