@@ -368,10 +368,10 @@ class _Run:
             dead = self._dead[key] = grown
         alive = ~dead[:n]
         if self.strategy == LARGEST:
-            return np.flatnonzero(alive & (self._room[:n] >= vector).all(axis=1))
+            return np.flatnonzero(alive & (self._room[:n] >= vector).all(axis=1)).tolist()
         now = alive & (self._room_now[:n] >= vector).all(axis=1)
         later = np.flatnonzero(alive & ~now & (self._room[:n] >= vector).all(axis=1))[-UPSIZE_CANDIDATES:]
-        return [*np.flatnonzero(now), *later]
+        return np.flatnonzero(now).tolist() + later.tolist()
 
     def _refused(self, key: tuple, index: int) -> None:
         self._dead[key][index] = True
