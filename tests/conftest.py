@@ -34,6 +34,20 @@ def redis_url(tmp_path_factory):
 
 
 @pytest.fixture
+def clean_redis(redis_url, settings):
+    """The real Redis with karpweb's keys (batch window, locks, ICE marks) cleared."""
+    from provisioning.services import connections
+
+    settings.REDIS_URL = redis_url
+    connections.reset()
+    client = connections.get_redis()
+    for key in client.scan_iter("karpweb:*"):
+        client.delete(key)
+    yield client
+    connections.reset()
+
+
+@pytest.fixture
 def seed_nodepool():
     return yaml.safe_load((FIXTURES / "seed" / "nodepool.yaml").read_text())
 

@@ -7,20 +7,14 @@ import pytest
 
 from provisioning.cluster.base import Event
 from provisioning.models import ClusterNode, ClusterPod, NodeClaim
-from provisioning.services import connections, mirror, provision
+from provisioning.services import mirror, provision
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def redis(redis_url, settings):
-    settings.REDIS_URL = redis_url
-    connections.reset()
-    client = connections.get_redis()
-    for key in client.scan_iter("karpweb:*"):
-        client.delete(key)
-    yield client
-    connections.reset()
+def redis(clean_redis):
+    return clean_redis
 
 
 def pod(name: str, *, node: str = "", unschedulable: bool = True, owner: str = "ReplicaSet") -> dict:

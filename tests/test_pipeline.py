@@ -14,6 +14,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from builders import deployment
 from django.db import connection
 
 from provisioning.cluster import simulated
@@ -130,26 +131,6 @@ def _nodepool() -> dict:
     }
 
 
-def _deployment(name: str, replicas: int, cpu: str = "500m", memory: str = "1Gi") -> dict:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
-                    ]
-                },
-            },
-        },
-    }
-
-
 def _submit(*documents: dict) -> list[str]:
     pods, _ = simulated.workload_pods(list(documents))
     return simulated.apply_pods(pods)
@@ -177,7 +158,7 @@ def _instances_per_claim(sim, since: set[str]) -> dict[str, list[str]]:
 
 def test_200_pods_get_nodes_launched_in_ec2_and_bound(pipeline, simulated_aws):
     before = set(_instances(simulated_aws))
-    assert len(_submit(_deployment("web", 200))) == 200
+    assert len(_submit(deployment("web", 200))) == 200
     wait_for(lambda: not ClusterPod.objects.filter(node_name="").exists(), 120, pipeline, "all 200 pods bound")
     claims = list(NodeClaim.objects.exclude(instance_id=""))
     assert claims and all(c.state == NodeClaim.State.INITIALIZED for c in claims)
@@ -195,11 +176,11 @@ def test_insufficient_capacity_on_the_cheapest_offering_falls_back(pipeline, sim
     from provisioning.services.catalog import load_catalog
     from provisioning.services.simulate import build_snapshot
 
-    documents = [_nodepool(), _deployment("solo", 1, cpu="3", memory="6Gi")]
+    documents = [_nodepool(), deployment("solo", 1, cpu="3", memory="6Gi")]
     snapshot, _ = build_snapshot(documents, catalog=load_catalog())
     first = solve(snapshot).claims[0].options[0]
     simulated_aws.set_insufficient_capacity([f"{first.capacity_type}:{first.instance_type}:*"])
-    _submit(_deployment("solo", 1, cpu="3", memory="6Gi"))
+    _submit(deployment("solo", 1, cpu="3", memory="6Gi"))
     wait_for(lambda: ClusterPod.objects.filter(node_name="").count() == 0, 90, pipeline, "the pod bound")
     claim = NodeClaim.objects.exclude(instance_id="").get()
     assert (claim.instance_type, claim.capacity_type) != (first.instance_type, first.capacity_type)
@@ -207,7 +188,7 @@ def test_insufficient_capacity_on_the_cheapest_offering_falls_back(pipeline, sim
 
 def test_a_worker_killed_mid_launch_leaves_exactly_one_instance_per_claim(pipeline, simulated_aws):
     before = set(_instances(simulated_aws))
-    _submit(_deployment("api", 30, cpu="1", memory="2Gi"))
+    _submit(deployment("api", 30, cpu="1", memory="2Gi"))
     # Kill the worker as soon as any claim is being launched.
     wait_for(
         lambda: NodeClaim.objects.filter(state__in=[NodeClaim.State.LAUNCHING, NodeClaim.State.LAUNCHED]).exists(),
@@ -228,7 +209,7 @@ def test_a_worker_killed_mid_launch_leaves_exactly_one_instance_per_claim(pipeli
 
 
 def test_scaling_down_consolidates_and_terminates_nodes_in_ec2(pipeline, simulated_aws):
-    template = _deployment("web", 1)["spec"]["template"]
+    template = deployment("web", 1)["spec"]["template"]
     simulated.scale("default", "Deployment", "web", template, 60)
     wait_for(lambda: not ClusterPod.objects.filter(node_name="").exists(), 120, pipeline, "60 pods bound")
     nodes_before = set(ClusterNode.objects.values_list("name", flat=True))

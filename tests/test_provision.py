@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 import yaml
+from builders import deployment
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -38,36 +39,9 @@ GENERAL = {
 }
 
 
-def deployment(name: str, replicas: int, cpu: str = "500m", memory: str = "1Gi", **spec) -> dict:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
-                    ],
-                    **spec,
-                },
-            },
-        },
-    }
-
-
 @pytest.fixture
-def redis(redis_url, settings):
-    settings.REDIS_URL = redis_url
-    connections.reset()
-    client = connections.get_redis()
-    for key in client.scan_iter("karpweb:*"):
-        client.delete(key)
-    yield client
-    connections.reset()
+def redis(clean_redis):
+    return clean_redis
 
 
 @pytest.fixture

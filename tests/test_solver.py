@@ -4,6 +4,7 @@ chosen so the right answer is known) and over the bundled us-east-1 catalog."""
 from __future__ import annotations
 
 import pytest
+from builders import deployment
 
 from provisioning.scheduling.instancetypes import InstanceType, Offering, Overhead
 from provisioning.scheduling.pods import Pod
@@ -57,25 +58,7 @@ def pool(name="general", *requirements, weight=0, types=CATALOG, taints=(), limi
 
 
 def pods(name, n, cpu="500m", memory="1Gi", **spec):
-    doc = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": n,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
-                    ],
-                    **spec,
-                },
-            },
-        },
-    }
-    return list(expand_all([doc]).pods)
+    return list(expand_all([deployment(name, n, cpu, memory, **spec)]).pods)
 
 
 def plan_for(pod_list, *pools, **kw):

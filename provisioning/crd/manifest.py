@@ -30,6 +30,23 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+def load_files(names: list[str]) -> list[dict[str, Any]]:
+    """Every document of the files named (``-`` reads standard input), in order.
+
+    Raises ManifestError naming the file for one that cannot be read or parsed."""
+    import sys
+    from pathlib import Path
+
+    documents: list[dict[str, Any]] = []
+    for name in names:
+        try:
+            text = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+        except OSError as exc:
+            raise ManifestError(exc.strerror or str(exc), name) from None
+        documents += load_documents(text, source="stdin" if name == "-" else name)
+    return documents
+
+
 def load_documents(text: str | bytes, source: str = "input", max_bytes: int = MAX_BYTES) -> list[dict[str, Any]]:
     """Parse every document in ``text``; a ``kind: List`` is unwrapped into its items.
 

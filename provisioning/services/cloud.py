@@ -6,8 +6,8 @@ requests, results back into rows, and keeps the ICE cache in Redis.
 
 from __future__ import annotations
 
-import functools
 import dataclasses
+import functools
 import json
 import logging
 import time

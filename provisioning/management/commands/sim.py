@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import NoReturn
 
 from django.core.management.base import BaseCommand
 
 from provisioning import crd
 from provisioning.cluster import simulated
-from provisioning.crd.manifest import load_documents
+from provisioning.crd.manifest import load_files
 from provisioning.models import ClusterNode, ClusterPod, NodeClaim
 from provisioning.services import policy
 
@@ -76,17 +75,10 @@ class Command(BaseCommand):
                     self._invalid(str(exc))
 
     def _read(self, filenames: list[str]) -> list:
-        documents = []
-        for name in filenames:
-            try:
-                text = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
-            except OSError as exc:
-                self._invalid(f"{name}: {exc.strerror}")
-            try:
-                documents += load_documents(text, source="stdin" if name == "-" else name)
-            except crd.ManifestError as exc:
-                self._invalid(str(exc))
-        return documents
+        try:
+            return load_files(filenames)
+        except crd.ManifestError as exc:
+            self._invalid(str(exc))
 
     def _status(self, format: str) -> None:
         claims = {c.node_name: c for c in NodeClaim.objects.exclude(node_name="")}

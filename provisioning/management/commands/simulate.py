@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import NoReturn
 
 from django.core.management.base import BaseCommand
 
 from provisioning import crd
-from provisioning.crd.manifest import load_documents
+from provisioning.crd.manifest import load_files
 from provisioning.services.simulate import SimulateError, plan_documents, plan_to_json, plan_to_table
 
 EXIT_INVALID = 2
@@ -47,16 +46,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, filename: list[str], region: str, format: str, zones: str, **options):
-        documents = []
-        for name in filename:
-            try:
-                text = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
-            except OSError as exc:
-                self._invalid(f"{name}: {exc.strerror}")
-            try:
-                documents += load_documents(text, source="stdin" if name == "-" else name)
-            except crd.ManifestError as exc:
-                self._invalid(str(exc))
+        try:
+            documents = load_files(filename)
+        except crd.ManifestError as exc:
+            self._invalid(str(exc))
         zone_list = [zone for zone in zones.split(",") if zone.strip()] if zones else None
         try:
             snapshot, plan, notes = plan_documents(documents, region=region, zones=zone_list)
