@@ -256,3 +256,34 @@ def test_nodeclaim_manifest_is_karpenters_shape(redis, policies):
     assert manifest["metadata"]["labels"] == {"karpenter.sh/nodepool": "general"}
     assert {"requirements", "resources", "nodeClassRef"} <= set(manifest["spec"])
     assert "driftHashes" not in manifest["spec"]
+
+
+def test_the_overview_shows_the_cluster_now_and_refreshes_as_a_partial(
+    admin_client, policies, django_assert_max_num_queries
+):
+    submit(deployment("web", 4))
+    provision.provision_once()
+    page = admin_client.get("/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Cluster now" in html and "4</strong> pending pods" in html and "Last decisions" in html
+    partial = admin_client.get("/", HTTP_HX_REQUEST="true")
+    body = partial.content.decode()
+    assert partial.status_code == 200 and body.lstrip().startswith('<section class="card" id="cluster-now"')
+    assert "<html" not in body
+
+
+def test_the_overview_costs_the_same_queries_with_more_rows(admin_client, policies):
+    submit(deployment("web", 2))
+    provision.provision_once()
+    admin_client.get("/", HTTP_HX_REQUEST="true")
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as few:
+        admin_client.get("/", HTTP_HX_REQUEST="true")
+    submit(deployment("api", 40))
+    provision.provision_once()
+    with CaptureQueriesContext(connection) as many:
+        admin_client.get("/", HTTP_HX_REQUEST="true")
+    assert len(many) == len(few)

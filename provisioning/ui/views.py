@@ -8,6 +8,7 @@ from django.shortcuts import render
 
 from provisioning.crd.manifest import dump_yaml
 from provisioning.models import RESOURCE_MODELS, AuditEntry, EC2NodeClass, NodePool
+from provisioning.services import clusterview
 from provisioning.services.policy import validate_manifest
 
 
@@ -21,7 +22,10 @@ def overview(request: HttpRequest) -> HttpResponse:
         "nodepool_rows": rows,
         "nodeclasses": nodeclasses,
         "recent_changes": AuditEntry.objects.all()[:10],
+        "cluster": clusterview.summary(),
     }
+    if request.htmx:  # the live part polls itself
+        return render(request, "provisioning/overview.html#cluster-now", context)
     return render(request, "provisioning/overview.html", context)
 
 
