@@ -26,6 +26,7 @@ Upstream's algorithm, made fast and then cheaper:
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -60,6 +61,8 @@ PACK_SECONDS_PER_POD, PACK_SECONDS_MIN, PACK_SECONDS_MAX = 0.0003, 0.1, 2.0
 WORTH_IT_SLACK = 1.05
 # Claims that would have to grow to a bigger type are tried only this many at a time.
 UPSIZE_CANDIDATES = 4
+# ... among this many of the most recent claims.
+UPSIZE_WINDOW = 256
 
 
 # ------------------------------------------------------------------ the solver
@@ -108,6 +111,11 @@ class _Run:
         self._dead: dict[tuple, np.ndarray] = {}  # (shape, variant) → claims that refused it for good
         self._room = np.zeros((64, len(self.resources)), dtype=np.int64)  # per claim: cap − used
         self._room_now = np.zeros((64, len(self.resources)), dtype=np.int64)  # its cheapest type − used
+        self._open_now = np.zeros(64, dtype=bool)  # its cheapest type holds the smallest pod
+        # Per resource, the least any pending pod asks: a claim with less room takes none.
+        self._smallest = np.array(
+            [min((p.requests.get(r, 0) for p in snapshot.pods), default=0) for r in self.resources], dtype=np.int64
+        )
         self._claim_index: dict[int, int] = {}
         self._alone_cost: dict[tuple, float] = {}
         self._eligible_cache: dict[tuple, frozenset[str]] = {}
@@ -369,9 +377,16 @@ class _Run:
         alive = ~dead[:n]
         if self.strategy == LARGEST:
             return np.flatnonzero(alive & (self._room[:n] >= vector).all(axis=1)).tolist()
-        now = alive & (self._room_now[:n] >= vector).all(axis=1)
-        later = np.flatnonzero(alive & ~now & (self._room[:n] >= vector).all(axis=1))[-UPSIZE_CANDIDATES:]
-        return np.flatnonzero(now).tolist() + later.tolist()
+        # Only claims whose cheapest type has room for the smallest pod can take one as they are.
+        rows = np.flatnonzero(alive & self._open_now[:n])
+        now = rows[(self._room_now[rows] >= vector).all(axis=1)]
+        # Growing is tried on the most recent claims only (the ones still filling up).
+        tail = max(0, n - UPSIZE_WINDOW)
+        recent = alive[tail:] & (self._room[tail:n] >= vector).all(axis=1)
+        recent &= ~(self._room_now[tail:n] >= vector).all(axis=1)
+        later = tail + np.flatnonzero(recent)[-UPSIZE_CANDIDATES:]
+        # Lazily: the first few usually take the pod, so most indices are never looked at.
+        return itertools.chain(map(int, now), map(int, later))
 
     def _refused(self, key: tuple, index: int) -> None:
         self._dead[key][index] = True
@@ -381,9 +396,11 @@ class _Run:
             size = (max(64, len(self._room) * 2), len(self.resources))
             self._room = np.concatenate([self._room, np.zeros(size, dtype=np.int64)])[: size[0]]
             self._room_now = np.concatenate([self._room_now, np.zeros(size, dtype=np.int64)])[: size[0]]
+            self._open_now = np.concatenate([self._open_now, np.zeros(size[0], dtype=bool)])[: size[0]]
         assert b.cap is not None and b.pool is not None
         self._room[index] = b.cap - b.used
         self._room_now[index] = (b.pool.usable[b.cheapest] - b.used) if b.cheapest is not None else -1
+        self._open_now[index] = bool((self._room_now[index] >= self._smallest).all())
 
     def _worth_it(self, pod: Pod, variant: Variant, b: Bin, idx, requirements: Requirements, count: int) -> bool:
         """Cost-aware packing: a claim takes more pods only while that raises its price by no
