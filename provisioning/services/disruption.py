@@ -25,7 +25,6 @@ from django.utils import timezone
 
 from provisioning.cluster import get_cluster
 from provisioning.cluster.base import DISRUPTED_TAINT, DO_NOT_DISRUPT
-from provisioning.cluster.simulated import pod_manifest
 from provisioning.disruption import planner
 from provisioning.disruption.model import Candidate, Command, PoolPolicy
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
@@ -101,17 +100,13 @@ def _policy(pool: NodePool) -> PoolPolicy | None:
 def _picture(now, recheck: Disruption | None = None) -> tuple[list[Candidate], Any]:
     """Candidates (managed nodes with their pods) and the cluster as a solver snapshot."""
     from provisioning.services.catalog import load_catalog
-    from provisioning.services.provision import in_flight_documents
+    from provisioning.services.provision import cluster_documents
     from provisioning.services.simulate import build_snapshot
 
     nodes = list(ClusterNode.objects.all())
     bound = list(ClusterPod.objects.exclude(node_name=""))
     catalog = load_catalog()
-    documents: list[dict] = [o.to_manifest() for o in EC2NodeClass.objects.all()]
-    documents += [o.to_manifest() for o in NodePool.objects.all()]
-    documents += [n.manifest for n in nodes] + [pod_manifest(p) for p in bound]
-    documents += in_flight_documents(catalog)
-    snapshot, _ = build_snapshot(documents, catalog=catalog)
+    snapshot, _ = build_snapshot(cluster_documents(catalog), catalog=catalog)
     snapshot = type(snapshot)(
         pods=(), nodepools=snapshot.nodepools, nodes=snapshot.nodes, daemonsets=snapshot.daemonsets
     )
@@ -134,6 +129,7 @@ def _picture(now, recheck: Disruption | None = None) -> tuple[list[Candidate], A
             continue  # not ours: Karpenter disrupts only the nodes it launched
         pods = tuple(pods_of.get(node.name, ()))
         changed = node.last_pod_change_at or claim.initialized_at or claim.created_at
+        blocked = _blocked(node, [annotated.get(p.key) for p in pods], budgets)
         candidates.append(
             Candidate(
                 name=node.name,
@@ -148,9 +144,8 @@ def _picture(now, recheck: Disruption | None = None) -> tuple[list[Candidate], A
                 pods=pods,
                 last_pod_change_at=changed.timestamp(),
                 drift_reason=_drift(claim, pools.get(claim.nodepool_name), nodeclasses.get(claim.nodeclass_name)),
-                blocked_by=_blocked(node, [annotated.get(p.key) for p in pods], budgets),
-                blocked_by_pods_only=_blocked(node, [], budgets) is None
-                and _blocked(node, [annotated.get(p.key) for p in pods], budgets) is not None,
+                blocked_by=blocked,
+                blocked_by_pods_only=blocked is not None and _blocked(node, [], budgets) is None,
                 disrupting=node.name in disrupting,
             )
         )

@@ -129,7 +129,7 @@ def provision_once(solve: Callable | None = None) -> Decision | None:
     if not pending:
         return None
     catalog = load_catalog()
-    documents, in_flight = _documents(pending, catalog)
+    documents = cluster_documents(catalog) + [pod_manifest(p) for p in pending]
     snapshot, notes = build_snapshot(documents, catalog=catalog, unavailable=unavailable_checker())
     prepared = time.perf_counter()
     plan: Plan = (solve or default_solver())(snapshot)
@@ -153,17 +153,16 @@ def provision_once(solve: Callable | None = None) -> Decision | None:
     return decision
 
 
-def _documents(pending: list[ClusterPod], catalog) -> tuple[list[dict], list[str]]:
-    """Policies, pods and nodes as manifests; in-flight NodeClaims as nodes holding the pods
-    nominated to them."""
+def cluster_documents(catalog) -> list[dict]:
+    """What the solver needs to know of the cluster, as manifests: the policies, the nodes,
+    the NodeClaims in flight (as nodes), the bound pods, and the pods nominated to a claim
+    (on the claim, or on its node once registered), so their room stays theirs."""
     documents: list[dict] = [obj.to_manifest() for obj in EC2NodeClass.objects.all()]
     documents += [obj.to_manifest() for obj in NodePool.objects.all()]
     documents += [n.manifest for n in ClusterNode.objects.all()]
     documents += in_flight_documents(catalog)
+    documents += [pod_manifest(pod) for pod in ClusterPod.objects.exclude(node_name="")]
     claims = list(NodeClaim.objects.filter(state__in=IN_FLIGHT).values_list("name", flat=True))
-    for pod in ClusterPod.objects.exclude(node_name=""):
-        documents.append(pod_manifest(pod))
-    # Nominated pods hold their room: on the in-flight claim, or on its node once registered.
     node_of = dict(
         NodeClaim.objects.filter(name__in=nominating_claims()).exclude(node_name="").values_list("name", "node_name")
     )
@@ -171,8 +170,7 @@ def _documents(pending: list[ClusterPod], catalog) -> tuple[list[dict], list[str
         manifest = pod_manifest(pod)
         manifest["spec"]["nodeName"] = node_of.get(pod.nominated, pod.nominated)
         documents.append(manifest)
-    documents += [pod_manifest(p) for p in pending]
-    return documents, claims
+    return documents
 
 
 def in_flight_documents(catalog) -> list[dict]:
