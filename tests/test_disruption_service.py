@@ -163,3 +163,19 @@ def test_simulated_pods_pend_again_after_their_node_is_deleted(cluster):
     add_pod("web-0", "ip-x")
     simulated.SimulatedCluster().delete_node("ip-x")
     assert ClusterPod.objects.get().node_name == ""
+
+
+def test_a_recheck_accepts_the_same_command_or_more_empty_nodes():
+    from provisioning.disruption.model import Command
+
+    def command(reason, *nodes):
+        return Command(reason=reason, candidates=nodes, replacements=(), savings_per_hour=0.1, explanation="")
+
+    empty = Disruption(reason="Empty", nodes=["a"])
+    assert disruption._still_valid(empty, command("Empty", "a"))
+    assert disruption._still_valid(empty, command("Empty", "a", "b"))  # a is still empty
+    assert not disruption._still_valid(empty, command("Empty", "b"))
+    consolidation = Disruption(reason="Underutilized", nodes=["a", "b"])
+    assert disruption._still_valid(consolidation, command("Underutilized", "b", "a"))
+    assert not disruption._still_valid(consolidation, command("Underutilized", "a", "b", "c"))
+    assert not disruption._still_valid(consolidation, command("Empty", "a", "b"))

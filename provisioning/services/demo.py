@@ -10,10 +10,10 @@ from provisioning.cluster import simulated
 
 # name, cpu, memory, base replicas, swing, period (s), phase
 DEPLOYMENTS = (
-    ("web", "500m", "1Gi", 12, 10, 300, 0.0),
-    ("api", "1", "2Gi", 8, 6, 420, 1.5),
-    ("cache", "250m", "4Gi", 4, 3, 600, 3.0),
-    ("batch", "2", "2Gi", 3, 3, 240, 4.5),
+    ("web", "500m", "1Gi", 12, 10, 180, 0.0),
+    ("api", "1", "2Gi", 8, 6, 240, 1.5),
+    ("cache", "250m", "4Gi", 4, 3, 300, 3.0),
+    ("batch", "2", "2Gi", 3, 3, 120, 4.5),
 )
 NAMESPACE = "demo"
 

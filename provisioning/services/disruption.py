@@ -243,10 +243,7 @@ def advance(disruption: Disruption, now) -> None:
         if now - disruption.planned_at < VALIDATION_DELAY:
             return
         fresh = plan(now, recheck=disruption)
-        same = next(
-            (c for c in fresh.commands if c.reason == disruption.reason and set(c.candidates) == set(disruption.nodes)),
-            None,
-        )
+        same = next((c for c in fresh.commands if _still_valid(disruption, c)), None)
         if same is None:
             disruption.move(
                 Disruption.State.PLANNED,
@@ -272,6 +269,16 @@ def advance(disruption: Disruption, now) -> None:
             _drain(disruption, now)
     elif disruption.state == Disruption.State.DRAINING:
         _drain(disruption, now)
+
+
+def _still_valid(disruption: Disruption, command: Command) -> bool:
+    """The fresh plan still makes this command: the same nodes for the same reason, or, for
+    emptiness, a larger set of empty nodes that includes them (deleting a subset of empty
+    nodes is as good)."""
+    if command.reason != disruption.reason:
+        return False
+    planned, fresh = set(disruption.nodes), set(command.candidates)
+    return planned == fresh or (disruption.reason == "Empty" and planned <= fresh)
 
 
 def _start(disruption: Disruption, command: Command, now) -> None:
