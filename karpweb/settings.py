@@ -84,6 +84,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
     )
     DATABASES["default"]["OPTIONS"]["timeout"] = 20
+    # Take the write lock when a transaction begins: a read-then-write transaction of one
+    # worker cannot then fail with "database is locked" against another's (SQLite cannot
+    # upgrade a read lock while another writer waits); it waits up to the timeout instead.
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
     # Tests use a file, not memory, so a Celery worker process can open the same database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-karpweb.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
