@@ -287,3 +287,16 @@ def test_the_overview_costs_the_same_queries_with_more_rows(admin_client, polici
     with CaptureQueriesContext(connection) as many:
         admin_client.get("/", HTTP_HX_REQUEST="true")
     assert len(many) == len(few)
+
+
+def test_a_pod_bound_while_the_run_reads_the_cluster_is_not_planned_twice(redis, policies, monkeypatch):
+    submit(deployment("web", 2))
+    real = provision.cluster_documents
+
+    def bind_one_meanwhile(catalog):
+        ClusterPod.objects.filter(name="web-0").update(node_name="ip-elsewhere", phase="Running")
+        return real(catalog)
+
+    monkeypatch.setattr(provision, "cluster_documents", bind_one_meanwhile)
+    decision = provision.provision_once()
+    assert decision is not None and decision.pods == ["default/web-1"]

@@ -106,7 +106,7 @@ def _picture(now, recheck: Disruption | None = None) -> tuple[list[Candidate], A
     nodes = list(ClusterNode.objects.all())
     bound = list(ClusterPod.objects.exclude(node_name=""))
     catalog = load_catalog()
-    snapshot, _ = build_snapshot(cluster_documents(catalog), catalog=catalog)
+    snapshot, _ = build_snapshot(cluster_documents(catalog)[0], catalog=catalog)
     snapshot = type(snapshot)(
         pods=(), nodepools=snapshot.nodepools, nodes=snapshot.nodes, daemonsets=snapshot.daemonsets
     )

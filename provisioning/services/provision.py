@@ -129,7 +129,11 @@ def provision_once(solve: Callable | None = None) -> Decision | None:
     if not pending:
         return None
     catalog = load_catalog()
-    documents = cluster_documents(catalog) + [pod_manifest(p) for p in pending]
+    documents, included = cluster_documents(catalog)
+    pending = [p for p in pending if p.pk not in included]
+    if not pending:
+        return None
+    documents += [pod_manifest(p) for p in pending]
     snapshot, notes = build_snapshot(documents, catalog=catalog, unavailable=unavailable_checker())
     prepared = time.perf_counter()
     plan: Plan = (solve or default_solver())(snapshot)
@@ -153,24 +157,31 @@ def provision_once(solve: Callable | None = None) -> Decision | None:
     return decision
 
 
-def cluster_documents(catalog) -> list[dict]:
+def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
     """What the solver needs to know of the cluster, as manifests: the policies, the nodes,
     the NodeClaims in flight (as nodes), the bound pods, and the pods nominated to a claim
-    (on the claim, or on its node once registered), so their room stays theirs."""
+    (on the claim, or on its node once registered), so their room stays theirs. Also the
+    ids of the pods included: the cluster moves on while it is read, and a pod read as
+    pending a moment ago may be among them now."""
     documents: list[dict] = [obj.to_manifest() for obj in EC2NodeClass.objects.all()]
     documents += [obj.to_manifest() for obj in NodePool.objects.all()]
     documents += [n.manifest for n in ClusterNode.objects.all()]
     documents += in_flight_documents(catalog)
-    documents += [pod_manifest(pod) for pod in ClusterPod.objects.exclude(node_name="")]
+    bound = list(ClusterPod.objects.exclude(node_name=""))
+    documents += [pod_manifest(pod) for pod in bound]
+    seen = {pod.pk for pod in bound}
     claims = list(NodeClaim.objects.filter(state__in=IN_FLIGHT).values_list("name", flat=True))
     node_of = dict(
         NodeClaim.objects.filter(name__in=nominating_claims()).exclude(node_name="").values_list("name", "node_name")
     )
     for pod in ClusterPod.objects.filter(node_name="", nominated__in=[*claims, *node_of]):
+        if pod.pk in seen:  # bound by the scheduler between the two reads
+            continue
+        seen.add(pod.pk)
         manifest = pod_manifest(pod)
         manifest["spec"]["nodeName"] = node_of.get(pod.nominated, pod.nominated)
         documents.append(manifest)
-    return documents
+    return documents, seen
 
 
 def in_flight_documents(catalog) -> list[dict]:
