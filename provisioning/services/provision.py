@@ -16,6 +16,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -42,11 +43,11 @@ IN_FLIGHT = (NodeClaim.State.PENDING, NodeClaim.State.LAUNCHING, NodeClaim.State
 
 
 def idle_seconds() -> float:
-    return float(getattr(settings, "KARPWEB_BATCH_IDLE_SECONDS", 1.0))
+    return float(settings.KARPWEB_BATCH_IDLE_SECONDS)
 
 
 def max_seconds() -> float:
-    return float(getattr(settings, "KARPWEB_BATCH_MAX_SECONDS", 10.0))
+    return float(settings.KARPWEB_BATCH_MAX_SECONDS)
 
 
 def note_pending(now: float | None = None, redis: Any = None) -> bool:
@@ -110,7 +111,7 @@ BIND_GRACE_SECONDS = 30
 
 def nominating_claims() -> list[str]:
     """Claims whose nominated pods are spoken for: in flight, or Ready only just now."""
-    recent = timezone.now() - _seconds(BIND_GRACE_SECONDS)
+    recent = timezone.now() - timedelta(seconds=BIND_GRACE_SECONDS)
     ready_just_now = Q(state__in=(NodeClaim.State.REGISTERED, NodeClaim.State.INITIALIZED), registered_at__gte=recent)
     return list(NodeClaim.objects.filter(Q(state__in=IN_FLIGHT) | ready_just_now).values_list("name", flat=True))
 
@@ -288,7 +289,8 @@ def expire_unregistered(timeout_seconds: float | None = None, cloud=None) -> lis
     timeout = timeout_seconds if timeout_seconds is not None else settings.KARPWEB_REGISTRATION_TIMEOUT_SECONDS
     now = timezone.now()
     expired = []
-    for claim in NodeClaim.objects.filter(state=NodeClaim.State.LAUNCHED, launched_at__lt=now - _seconds(timeout)):
+    overdue = NodeClaim.objects.filter(state=NodeClaim.State.LAUNCHED, launched_at__lt=now - timedelta(seconds=timeout))
+    for claim in overdue:
         if claim.move(NodeClaim.State.LAUNCHED, NodeClaim.State.DELETING, reason="RegistrationTimeout"):
             terminate_claim(claim, cloud or get_cloud())
             expired.append(claim.name)
@@ -300,7 +302,7 @@ def relaunch_stuck(stuck_seconds: float | None = None) -> list[int]:
     from provisioning.tasks import launch_nodeclaim
 
     seconds = stuck_seconds if stuck_seconds is not None else settings.KARPWEB_LAUNCH_STUCK_SECONDS
-    cutoff = timezone.now() - _seconds(seconds)
+    cutoff = timezone.now() - timedelta(seconds=seconds)
     again = []
     for claim in NodeClaim.objects.filter(state=NodeClaim.State.LAUNCHING, launch_started_at__lt=cutoff):
         if claim.move(NodeClaim.State.LAUNCHING, NodeClaim.State.PENDING):
@@ -321,9 +323,3 @@ def terminate_claim(claim: NodeClaim, cloud) -> None:
     claim.move(
         (NodeClaim.State.DELETING, *NodeClaim.ACTIVE_STATES), NodeClaim.State.TERMINATED, deleted_at=timezone.now()
     )
-
-
-def _seconds(value: float):
-    from datetime import timedelta
-
-    return timedelta(seconds=value)
