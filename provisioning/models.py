@@ -174,7 +174,21 @@ class AuditEntry(models.Model):
         return f"{self.kind}/{self.name} {self.action} by {self.actor or self.source}"
 
 
-class NodeClaim(models.Model):
+class MovesByState:
+    """Rows whose ``state`` moves by conditional updates: two workers never both act."""
+
+    def move(self, old: str | tuple[str, ...], new: str, **fields: Any) -> bool:
+        """Conditional state change: True only for the one caller that made it."""
+        olds = (old,) if isinstance(old, str) else old
+        updated = type(self).objects.filter(pk=self.pk, state__in=olds).update(state=new, **fields)  # type: ignore[attr-defined]
+        if updated == 1:
+            self.state = new
+            for key, value in fields.items():
+                setattr(self, key, value)
+        return updated == 1
+
+
+class NodeClaim(MovesByState, models.Model):
     """karpenter.sh/v1 NodeClaim: the request for one node, from decision to termination.
 
     States move with conditional updates (``filter(state=old).update(state=new)``), so two
@@ -256,16 +270,6 @@ class NodeClaim(models.Model):
     def provider_id(self) -> str:
         return f"aws:///{self.zone}/{self.instance_id}" if self.instance_id else ""
 
-    def move(self, old: str | tuple[str, ...], new: str, **fields: Any) -> bool:
-        """Conditional state change: True only for the one caller that made it."""
-        olds = (old,) if isinstance(old, str) else old
-        updated = type(self).objects.filter(pk=self.pk, state__in=olds).update(state=new, **fields)
-        if updated == 1:
-            self.state = new
-            for key, value in fields.items():
-                setattr(self, key, value)
-        return updated == 1
-
 
 class ClusterPod(models.Model):
     """A pod as the pipeline knows it: the simulated cluster's own pods, or a mirror of the
@@ -340,7 +344,7 @@ class Decision(models.Model):
         return f"decision {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S}"
 
 
-class Disruption(models.Model):
+class Disruption(MovesByState, models.Model):
     """One disruption command and its steps: planned, validated 15 s later, replacements
     launched, nodes drained and terminated."""
 
@@ -367,12 +371,3 @@ class Disruption(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reason} {', '.join(self.nodes)}"
-
-    def move(self, old: str | tuple[str, ...], new: str, **fields: Any) -> bool:
-        olds = (old,) if isinstance(old, str) else old
-        updated = type(self).objects.filter(pk=self.pk, state__in=olds).update(state=new, **fields)
-        if updated == 1:
-            self.state = new
-            for key, value in fields.items():
-                setattr(self, key, value)
-        return updated == 1
