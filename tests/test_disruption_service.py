@@ -179,3 +179,17 @@ def test_a_recheck_accepts_the_same_command_or_more_empty_nodes():
     assert disruption._still_valid(consolidation, command("Underutilized", "b", "a"))
     assert not disruption._still_valid(consolidation, command("Underutilized", "a", "b", "c"))
     assert not disruption._still_valid(consolidation, command("Empty", "a", "b"))
+
+
+def test_a_recheck_asks_whether_these_nodes_can_still_go_not_whether_they_come_first(cluster):
+    add_node("ip-a", price=0.05)
+    add_node("ip-b")  # also empty: a fresh plan would now take both
+    add_node("ip-busy")
+    add_pod("web-0", "ip-busy")
+    now = timezone.now()
+    planned = Disruption.objects.create(reason="Empty", nodes=["ip-a"], nodeclaims=["claim-ip-a"])
+    Disruption.objects.filter(pk=planned.pk).update(planned_at=now - timedelta(seconds=20))
+    disruption.run(now)
+    planned.refresh_from_db()
+    assert planned.state == Disruption.State.DONE
+    assert set(ClusterNode.objects.values_list("name", flat=True)) == {"ip-b", "ip-busy"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -70,14 +71,26 @@ def run(now=None) -> Disruption | None:
 
 def plan(now=None, recheck: Disruption | None = None):
     """The planners' view of the cluster now; also writes each node's note for the dashboard.
-    ``recheck``: the planned command being validated (its nodes are not disrupting yet)."""
+
+    ``recheck``: a planned command being validated. Only its nodes may be chosen then (the
+    others still count for budgets and still take pods), so the question the planners answer
+    is "can these nodes still go, this way?", not "are they still the first choice?"."""
     now = now or timezone.now()
     candidates, snapshot = _picture(now, recheck)
-    policies = {p.name: _policy(p) for p in NodePool.objects.all()}
-    policies = {k: v for k, v in policies.items() if v is not None}
+    if recheck is not None:
+        planned = set(recheck.nodes)
+        candidates = [
+            c
+            if c.name in planned or c.blocked_by
+            else replace(c, blocked_by="not part of the command being re-checked")
+            for c in candidates
+        ]
+        return planner.plan(
+            candidates, _policies(), snapshot, now.timestamp(), spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION
+        )
     result = planner.plan(
         candidates,
-        policies,
+        _policies(),
         snapshot,
         now.timestamp(),
         spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
@@ -87,6 +100,11 @@ def plan(now=None, recheck: Disruption | None = None):
         ClusterNode.objects.filter(name=name).exclude(disruption_note=why).update(disruption_note=why[:2000])
     ClusterNode.objects.filter(name__in=in_command).update(disruption_note="chosen for disruption")
     return result
+
+
+def _policies() -> dict[str, PoolPolicy]:
+    policies = {p.name: _policy(p) for p in NodePool.objects.all()}
+    return {name: policy for name, policy in policies.items() if policy is not None}
 
 
 def _policy(pool: NodePool) -> PoolPolicy | None:
