@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from builders import CONSOLIDATE_AT_ONCE, nodepool, requirement
 from django.utils import timezone
 
 from provisioning.cluster import simulated
@@ -17,20 +18,7 @@ from provisioning.services.policy import apply_manifest
 
 pytestmark = pytest.mark.django_db
 
-NODEPOOL = {
-    "apiVersion": "karpenter.sh/v1",
-    "kind": "NodePool",
-    "metadata": {"name": "general"},
-    "spec": {
-        "template": {
-            "spec": {
-                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            }
-        },
-        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"},
-    },
-}
+NODEPOOL = nodepool(requirement("karpenter.sh/capacity-type", "on-demand"), disruption=CONSOLIDATE_AT_ONCE)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from builders import deployment
+from builders import CONSOLIDATE_AT_ONCE, deployment, nodepool, requirement
 from django.db import connection
 
 from provisioning.cluster import simulated
@@ -111,24 +111,12 @@ def pipeline(simulated_aws, redis_url, settings, tmp_path, monkeypatch, seed_ec2
 
 
 def _nodepool() -> dict:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": "general"},
-        "spec": {
-            "template": {
-                "spec": {
-                    "requirements": [
-                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
-                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]},
-                        {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
-                    ],
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                }
-            },
-            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"},
-        },
-    }
+    return nodepool(
+        requirement("karpenter.sh/capacity-type", "spot", "on-demand"),
+        requirement("kubernetes.io/arch", "amd64", "arm64"),
+        requirement("karpenter.k8s.aws/instance-category", "c", "m", "r"),
+        disruption=CONSOLIDATE_AT_ONCE,
+    )
 
 
 def _submit(*documents: dict) -> list[str]:

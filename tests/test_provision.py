@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 import yaml
-from builders import deployment
+from builders import deployment, nodepool, requirement
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -21,22 +21,10 @@ from provisioning.services.policy import apply_manifest
 
 pytestmark = pytest.mark.django_db
 
-GENERAL = {
-    "apiVersion": "karpenter.sh/v1",
-    "kind": "NodePool",
-    "metadata": {"name": "general"},
-    "spec": {
-        "template": {
-            "spec": {
-                "requirements": [
-                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                    {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
-                ],
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            }
-        }
-    },
-}
+GENERAL = nodepool(
+    requirement("karpenter.sh/capacity-type", "on-demand"),
+    requirement("karpenter.k8s.aws/instance-category", "c", "m", "r"),
+)
 
 
 @pytest.fixture
