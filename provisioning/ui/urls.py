@@ -1,10 +1,10 @@
 from django.urls import path
 
-from provisioning.ui import views
+from provisioning.ui.views import overview, policies
 
 app_name = "provisioning"
 
 urlpatterns = [
-    path("", views.overview, name="overview"),
-    path("policies/<str:kind>/<str:name>/", views.policy_detail, name="policy-detail"),
+    path("", overview.overview, name="overview"),
+    path("policies/<str:kind>/<str:name>/", policies.policy_detail, name="policy-detail"),
 ]

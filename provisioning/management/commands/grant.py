@@ -1,0 +1,39 @@
+"""``manage.py grant USER ROLE``: give a user the viewer, editor or admin role
+(creating the user, with a printed password, if it does not exist)."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from provisioning.ui.access import ADMIN, ADMIN_PERMISSIONS, ROLES
+
+
+class Command(BaseCommand):
+    help = "Give USER one role of the dashboard and API: viewer, editor or admin."
+
+    def add_arguments(self, parser):
+        parser.add_argument("username")
+        parser.add_argument("role", choices=ROLES)
+
+    @transaction.atomic
+    def handle(self, *args, username: str, role: str, **options):
+        users = get_user_model()
+        user = users.objects.filter(username=username).first()
+        if user is None:
+            password = secrets.token_urlsafe(12)
+            user = users.objects.create_user(username=username, password=password)
+            self.stdout.write(f"Created user {username} / {password}")
+        groups = {name: Group.objects.get_or_create(name=name)[0] for name in ROLES}
+        if role == ADMIN:
+            groups[ADMIN].permissions.add(*Permission.objects.filter(codename__in=ADMIN_PERMISSIONS))
+        user.groups.remove(*groups.values())
+        user.groups.add(groups[role])
+        # Admins manage users and tokens in the admin site, which needs is_staff.
+        user.is_staff = role == ADMIN or user.is_superuser
+        user.save(update_fields=["is_staff"])
+        self.stdout.write(self.style.SUCCESS(f"{username} is now {role}"))
