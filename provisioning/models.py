@@ -291,6 +291,9 @@ class ClusterPod(models.Model):
     owner = models.CharField(max_length=253, blank=True, db_index=True)  # "Deployment/web" (simulated workloads)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     bound_at = models.DateTimeField(null=True, blank=True)
+    # Effective requests, kept as columns so a node's requested cpu and memory is one SUM.
+    cpu_millis = models.BigIntegerField(default=0)
+    memory_bytes = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="cluster_pod_unique_name")]
@@ -302,6 +305,19 @@ class ClusterPod(models.Model):
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @staticmethod
+    def request_columns(manifest: Any) -> dict[str, int]:
+        """The cpu and memory columns for a pod manifest (zero where it cannot be read: the
+        solver reports such a pod with its error; the columns only feed usage bars)."""
+        from provisioning.scheduling.manifestfields import PodError
+        from provisioning.scheduling.podspec import pod_from_manifest
+
+        try:
+            requests = pod_from_manifest(manifest).requests
+        except PodError:
+            return {"cpu_millis": 0, "memory_bytes": 0}
+        return {"cpu_millis": requests.get("cpu", 0), "memory_bytes": requests.get("memory", 0)}
 
 
 class ClusterNode(models.Model):
@@ -336,6 +352,8 @@ class Decision(models.Model):
     catalog_version = models.CharField(max_length=128, blank=True)
     total_price_per_hour = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     notes = models.JSONField(default=list, blank=True)
+    # Offerings the run could not use (insufficient capacity marks): {"spot:m5.large:us-east-1a": reason}
+    unavailable = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]

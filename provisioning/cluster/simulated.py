@@ -236,6 +236,7 @@ def apply_pods(manifests: Sequence[Manifest]) -> list[str]:
                 name=name,
                 manifest=manifest,
                 owner=f"{owner['kind']}/{owner['name']}" if owner else "",
+                **ClusterPod.request_columns(manifest),
             )
         )
     # A pod created meanwhile by another submitter is skipped, not an error.

@@ -246,6 +246,19 @@ def unavailable_checker() -> Callable[[str], bool]:
         return lambda key: False
 
 
+def unavailable_now() -> dict[str, str]:
+    """Offerings marked unavailable now with their reason, ``{"spot:m5.large:us-east-1a": reason}``;
+    one read, so a run decides and explains itself with the same set."""
+    redis = _redis()
+    if redis is None:
+        return {}
+    try:
+        return {key: mark["reason"] for key, mark in ice.unavailable_offerings(redis).items()}
+    except Exception as exc:
+        log.warning("catalog: cannot read the unavailable offerings from Redis (%s)", exc)
+        return {}
+
+
 def instance_types(
     nodeclass_spec: Mapping[str, Any] | None, resolved: ResolvedNodeClass | None, region: str | None = None
 ) -> list[InstanceType]:

@@ -64,6 +64,7 @@ def _pod(event: Event) -> bool:
         "node_name": node,
         "phase": ClusterPod.Phase.RUNNING if node else ClusterPod.Phase.PENDING,
         "owner": f"{owner['kind']}/{owner['name']}" if owner else "",
+        **ClusterPod.request_columns(manifest),
     }
     if node:
         defaults["nominated"] = ""

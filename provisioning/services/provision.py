@@ -122,7 +122,7 @@ def pending_pods():
 
 
 def provision_once(solve: Callable | None = None) -> Decision | None:
-    from provisioning.services.catalog import load_catalog, unavailable_checker
+    from provisioning.services.catalog import load_catalog, unavailable_now
     from provisioning.services.simulate import build_snapshot, default_solver
 
     started = time.perf_counter()
@@ -135,11 +135,12 @@ def provision_once(solve: Callable | None = None) -> Decision | None:
     if not pending:
         return None
     documents += [pod_manifest(p) for p in pending]
-    snapshot, notes = build_snapshot(documents, catalog=catalog, unavailable=unavailable_checker())
+    unavailable = unavailable_now()
+    snapshot, notes = build_snapshot(documents, catalog=catalog, unavailable=unavailable.__contains__)
     prepared = time.perf_counter()
     plan: Plan = (solve or default_solver())(snapshot)
     solved = time.perf_counter()
-    decision = _record(plan, snapshot, pending, notes, catalog)
+    decision = _record(plan, snapshot, pending, notes, catalog, unavailable)
     decision.timings = {
         "snapshot": round(prepared - started, 4),
         "solve": round(solved - prepared, 4),
@@ -208,7 +209,9 @@ def in_flight_documents(catalog) -> list[dict]:
     return documents
 
 
-def _record(plan: Plan, snapshot, pending: list[ClusterPod], notes: list[str], catalog) -> Decision:
+def _record(
+    plan: Plan, snapshot, pending: list[ClusterPod], notes: list[str], catalog, unavailable: dict[str, str]
+) -> Decision:
     by_key = {p.key: p for p in pending}
     with transaction.atomic():
         decision = Decision.objects.create(
@@ -217,6 +220,7 @@ def _record(plan: Plan, snapshot, pending: list[ClusterPod], notes: list[str], c
             catalog_version=f"{catalog.region} {catalog.built_at or ''}".strip(),
             total_price_per_hour=Decimal(str(round(plan.total_price, 6))),
             notes=notes[:50],
+            unavailable=unavailable,
         )
         claims = create_claims(plan.claims, decision=decision)
         for claim, planned in zip(claims, plan.claims, strict=True):
