@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds bench-webhook bench-catalog bench-solver bench-pipeline clean
+.PHONY: setup run test test-fast lint crds bench-webhook bench-catalog bench-solver bench-pipeline bench-ui clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,10 @@ bench-solver: setup
 
 bench-pipeline: setup
 	$(PY) bench/pipeline.py --workers 4
+
+# Page render times on 10,000 pods, 1,000 nodes and 100,000 decisions in PostgreSQL.
+bench-ui: setup
+	$(PY) bench/ui.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

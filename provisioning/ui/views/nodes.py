@@ -58,4 +58,3 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
 def disruption_list(request: HttpRequest) -> HttpResponse:
     page = paginate(request, inventory.disruptions(), 50)
     return render(request, "provisioning/nodes/disruptions.html", {"page": page})
-
