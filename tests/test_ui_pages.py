@@ -163,3 +163,11 @@ def test_detail_query_counts_do_not_grow_with_rows(viewer):
         add_node(f"n{i}", decision=decision)
         add_pod(f"p{i}", node="n0")
     assert (_queries(viewer, f"/decisions/{decision.pk}/"), _queries(viewer, f"/nodes/{claim.name}/")) == few
+
+
+def test_the_overview_names_offerings_out_of_capacity(viewer, clean_redis):
+    from provisioning.cloud import ice
+
+    ice.mark_unavailable(clean_redis, "spot", "m5.xlarge", "us-east-1b", "InsufficientInstanceCapacity")
+    text = viewer.get("/").content.decode()
+    assert "1 offering is out of capacity" in text and "spot:m5.xlarge:us-east-1b" in text

@@ -90,6 +90,12 @@ def _on_demand_prices() -> dict[str, float]:
         return {}
 
 
+def _unavailable_offerings() -> dict[str, str]:
+    from provisioning.services.catalog import unavailable_now
+
+    return unavailable_now()
+
+
 def _problems(out: Summary) -> list[str]:
     problems = []
     if out.unschedulable:
@@ -112,6 +118,14 @@ def _problems(out: Summary) -> list[str]:
         ready: Any = nodeclass.ready_condition
         if ready and ready.get("status") == "False":
             problems.append(f"EC2NodeClass {nodeclass.name} is not ready: {ready.get('message', '')}")
+    unavailable = _unavailable_offerings()
+    if unavailable:
+        more = len(unavailable) - 5
+        shown = ", ".join(sorted(unavailable)[:5]) + (f" and {more} more" if more > 0 else "")
+        problems.append(
+            f"{len(unavailable)} offering{'s are' if len(unavailable) > 1 else ' is'} out of capacity "
+            f"(InsufficientInstanceCapacity), not used for up to 3 minutes: {shown}"
+        )
     failed = NodeClaim.objects.filter(state=NodeClaim.State.FAILED).order_by("-created_at")[:3]
     for claim in failed:
         problems.append(f"NodeClaim {claim.name} failed to launch: {claim.reason}: {claim.message[:160]}")
