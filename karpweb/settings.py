@@ -39,6 +39,11 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "provisioning",
 ]
 
@@ -150,6 +155,55 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 # refuses request bodies over 3 MiB).
 KARPWEB_MAX_MANIFEST_BYTES = env_int("KARPWEB_MAX_MANIFEST_BYTES", 3 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = KARPWEB_MAX_MANIFEST_BYTES + 64 * 1024
+
+# The REST API: token or session auth, roles per method, throttling per token (the counts
+# live in the cache, Redis when REDIS_URL is set, so every web replica shares them).
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["provisioning.rest.permissions.ByRole"],
+    "DEFAULT_PARSER_CLASSES": [
+        "provisioning.rest.formats.JSONManifestParser",
+        "provisioning.rest.formats.YAMLManifestParser",
+        "provisioning.rest.formats.MergePatchParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "provisioning.rest.formats.YAMLRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"user": env_str("KARPWEB_API_RATE", "1200/minute")},
+    "EXCEPTION_HANDLER": "provisioning.rest.errors.handle",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "karpweb API",
+    "DESCRIPTION": "NodePools and EC2NodeClasses as Kubernetes manifests, the cluster as karpweb sees it, "
+    "and what-if plans. Authenticate with `Authorization: Token KEY` (manage.py drf_create_token USER).",
+    "VERSION": "v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "NodeClaimStateEnum": "provisioning.rest.schema.NODECLAIM_STATES",
+        "DisruptionStateEnum": "provisioning.rest.schema.DISRUPTION_STATES",
+        "PodPhaseEnum": "provisioning.rest.schema.POD_PHASES",
+    },
+}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    if REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
 
 KARPWEB_BATCH_IDLE_SECONDS = env_float("KARPWEB_BATCH_IDLE_SECONDS", 1.0)
 KARPWEB_BATCH_MAX_SECONDS = env_float("KARPWEB_BATCH_MAX_SECONDS", 10.0)

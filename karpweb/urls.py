@@ -6,6 +6,7 @@ from provisioning import health, webhook
 
 urlpatterns = [
     path("", include("provisioning.ui.urls")),
+    path("api/", include("provisioning.rest.urls")),
     path("webhook/validate", webhook.validate, name="webhook-validate"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

@@ -19,9 +19,9 @@ from provisioning.cloud import ice
 from provisioning.cloud.base import PricingUnavailable, ResolvedNodeClass, Subnet
 from provisioning.cloud.catalog import Catalog, snapshot_path, trim_info
 from provisioning.cloud.pricing import latest_spot_prices, load_price_table, parse_price_list
-from provisioning.management.commands.catalog import parse_require, select
 from provisioning.scheduling.quantity import format_quantity
 from provisioning.services import catalog as service
+from provisioning.services.instancetypes import parse_require, select
 
 ROOT = Path(__file__).resolve().parent.parent
 PRICE_CSV = ROOT.parent / "shared" / "data" / "ec2-ondemand-prices.csv"

@@ -82,13 +82,7 @@ def node_rows(claims: Sequence[NodeClaim]) -> list[NodeRow]:
     """Each claim with its Node and what the pods on it request against what it offers."""
     node_names = [c.node_name for c in claims if c.node_name]
     nodes = {n.name: n for n in ClusterNode.objects.filter(name__in=node_names)}
-    usage = {
-        row["node_name"]: row
-        for row in ClusterPod.objects.filter(node_name__in=node_names)
-        .values("node_name")
-        .annotate(pods=Count("id"), cpu=Sum("cpu_millis"), memory=Sum("memory_bytes"))
-        .order_by()
-    }
+    usage = usage_by_node(node_names)
     rows = []
     for claim in claims:
         node = nodes.get(claim.node_name)
@@ -106,6 +100,17 @@ def node_rows(claims: Sequence[NodeClaim]) -> list[NodeRow]:
             )
         )
     return rows
+
+
+def usage_by_node(node_names: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Per node: its pods and what they request, ``{"pods", "cpu" (millicores), "memory" (bytes)}``."""
+    return {
+        row["node_name"]: row
+        for row in ClusterPod.objects.filter(node_name__in=node_names)
+        .values("node_name")
+        .annotate(pods=Count("id"), cpu=Sum("cpu_millis"), memory=Sum("memory_bytes"))
+        .order_by()
+    }
 
 
 def _allocatable(manifest: Any) -> dict[str, int]:

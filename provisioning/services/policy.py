@@ -40,6 +40,10 @@ class Conflict(PolicyError):
         super().__init__(message)
 
 
+class AlreadyExists(Conflict):
+    """A create for a name that is taken."""
+
+
 class NotFound(PolicyError):
     pass
 
@@ -88,9 +92,12 @@ def apply_manifest(
     actor: str = "",
     expected_version: str | int | None = None,
     dry_run: bool = False,
+    create_only: bool = False,
 ) -> Applied:
     """Create or update one resource from its manifest (server-side apply semantics:
-    the manifest's metadata labels, annotations and spec replace the stored ones)."""
+    the manifest's metadata labels, annotations and spec replace the stored ones).
+    ``create_only`` refuses to touch an existing object (a POST), even one created
+    concurrently."""
     kind = crd.kind_of(document)
     current = None
     if kind is not None:
@@ -103,17 +110,20 @@ def apply_manifest(
         raise Invalid(result)
     assert kind is not None
     defaulted = crd.default(document)
+    if create_only and current is not None:
+        raise AlreadyExists(current, f"{kind.kind} {current.name!r} already exists")
     if dry_run:
         preview = _build(kind.kind, defaulted, current)
         return Applied(preview, "created" if current is None else "updated", result.warnings, dry_run=True)
     try:
         with transaction.atomic():
-            applied = _save(kind.kind, defaulted, source, actor, expected_version, result.warnings)
+            applied = _save(kind.kind, defaulted, source, actor, expected_version, result.warnings, create_only)
             _export_later(kind.kind, applied.obj.name, source)
             return applied
     except IntegrityError:
         # Two creates of one name raced; the loser is told, as the API server would.
-        raise Conflict(None, f"{kind.kind} {defaulted['metadata']['name']!r} was created concurrently") from None
+        name = defaulted["metadata"]["name"]
+        raise AlreadyExists(None, f"{kind.kind} {name!r} was created concurrently") from None
 
 
 def _save(
@@ -123,10 +133,13 @@ def _save(
     actor: str,
     expected_version: str | int | None,
     warnings: list[str],
+    create_only: bool = False,
 ) -> Applied:
     model = RESOURCE_MODELS[kind]
     name = document["metadata"]["name"]
     current = model.objects.select_for_update().filter(name=name).first()
+    if create_only and current is not None:
+        raise AlreadyExists(current, f"{kind} {name!r} already exists")
     if expected_version not in (None, "") and (
         current is None or str(current.resource_version) != str(expected_version)
     ):

@@ -1,0 +1,33 @@
+from csp.decorators import csp_update
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from rest_framework.routers import SimpleRouter
+
+from provisioning.rest import catalog, cluster, policies
+
+router = SimpleRouter()
+router.register("pods", cluster.PodViewSet, basename="pod")
+router.register("nodeclaims", cluster.NodeClaimViewSet, basename="nodeclaim")
+router.register("nodes", cluster.NodeViewSet, basename="node")
+router.register("decisions", cluster.DecisionViewSet, basename="decision")
+router.register("disruptions", cluster.DisruptionViewSet, basename="disruption")
+
+v1 = [
+    path("nodepools/", policies.NodePoolList.as_view(), name="nodepool-list"),
+    path("nodepools/<str:name>/", policies.NodePoolDetail.as_view(), name="nodepool-detail"),
+    path("ec2nodeclasses/", policies.EC2NodeClassList.as_view(), name="ec2nodeclass-list"),
+    path("ec2nodeclasses/<str:name>/", policies.EC2NodeClassDetail.as_view(), name="ec2nodeclass-detail"),
+    path("catalog/instancetypes/", catalog.InstanceTypes.as_view(), name="instancetype-list"),
+    path("", include(router.urls)),
+]
+
+urlpatterns = [
+    path("v1/", include((v1, "api"), namespace="v1")),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    # Swagger UI sets inline styles; its scripts still come from this origin only.
+    path(
+        "docs/",
+        csp_update({"style-src": ["'unsafe-inline'"]})(SpectacularSwaggerSplitView.as_view(url_name="schema")),
+        name="docs",
+    ),
+]

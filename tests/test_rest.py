@@ -1,0 +1,317 @@
+"""The REST API: manifests in JSON and YAML, optimistic concurrency, dry runs, errors as
+Kubernetes Status, roles per method, tokens, throttling, and the read-only views."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import yaml
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+from rest_framework.throttling import UserRateThrottle
+from uipages import add_decision, add_disruption, add_node, add_pod
+
+from provisioning import crd
+from provisioning.models import AuditEntry, NodePool
+from provisioning.services.policy import apply_manifest
+
+pytestmark = pytest.mark.django_db
+
+NODEPOOLS = "/api/v1/nodepools/"
+
+
+def client_for(role: str) -> APIClient:
+    user = User.objects.create_user(f"{role}-user")
+    user.groups.add(Group.objects.get(name=role))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+@pytest.fixture
+def editor(seed_ec2nodeclass):
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    return client_for("editor")
+
+
+@pytest.fixture
+def viewer():
+    return client_for("viewer")
+
+
+def create(client: APIClient, manifest: dict, **kw):
+    return client.post(NODEPOOLS, manifest, format="json", **kw)
+
+
+# ------------------------------------------------------------------ auth and roles
+
+
+def test_requests_without_credentials_get_401_naming_the_scheme():
+    response = APIClient().get(NODEPOOLS)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
+    body = response.json()
+    assert body["kind"] == "Status" and body["reason"] == "Unauthorized"
+
+
+def test_drf_create_token_gives_a_working_token():
+    User.objects.create_user("robot").groups.add(Group.objects.get(name="viewer"))
+    out = io.StringIO()
+    call_command("drf_create_token", "robot", stdout=out)
+    key = out.getvalue().split()[2]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert client.get(NODEPOOLS).status_code == 200
+
+
+def test_viewers_read_and_editors_write(viewer, editor, seed_nodepool):
+    refused = create(viewer, seed_nodepool)
+    assert refused.status_code == 403 and refused.json()["message"] == "this needs the editor role"
+    assert create(editor, seed_nodepool).status_code == 201
+    assert viewer.get(NODEPOOLS + "general/").status_code == 200
+    assert viewer.delete(NODEPOOLS + "general/").status_code == 403
+    assert NodePool.objects.filter(name="general").exists()
+
+
+def test_session_auth_serves_the_browsable_api(client, seed_ec2nodeclass):
+    user = User.objects.create_user("browser")
+    user.groups.add(Group.objects.get(name="viewer"))
+    client.force_login(user)
+    page = client.get(NODEPOOLS, HTTP_ACCEPT="text/html")
+    assert page.status_code == 200 and b"<html" in page.content
+
+
+# ------------------------------------------------------------------ policies
+
+
+def test_the_seed_manifests_are_posted_and_read_back_unchanged_up_to_defaulting(
+    editor, seed_nodepool, seed_ec2nodeclass
+):
+    created = create(editor, seed_nodepool)
+    assert created.status_code == 201, created.json()
+    read = editor.get(NODEPOOLS + "general/").json()
+    expected = crd.default(copy.deepcopy(seed_nodepool))
+    assert read["spec"] == expected["spec"]
+    assert read["apiVersion"] == "karpenter.sh/v1" and read["kind"] == "NodePool"
+    assert read["metadata"]["name"] == "general" and read["metadata"]["resourceVersion"] == "1"
+    nodeclass = editor.get("/api/v1/ec2nodeclasses/default/").json()
+    assert nodeclass["spec"] == crd.default(copy.deepcopy(seed_ec2nodeclass))["spec"]
+
+
+def test_yaml_in_and_out(editor, seed_nodepool):
+    body = yaml.safe_dump(seed_nodepool)
+    created = editor.post(NODEPOOLS, body, content_type="application/yaml", HTTP_ACCEPT="application/yaml")
+    assert created.status_code == 201
+    assert created["Content-Type"].startswith("application/yaml")
+    assert yaml.safe_load(created.content)["metadata"]["name"] == "general"
+    assert created["ETag"] == '"1"'
+
+
+def test_a_create_of_a_taken_name_is_409_already_exists(editor, seed_nodepool):
+    create(editor, seed_nodepool)
+    again = create(editor, seed_nodepool)
+    assert again.status_code == 409 and again.json()["reason"] == "AlreadyExists"
+
+
+def test_invalid_manifests_get_422_with_every_field_path(editor, seed_nodepool):
+    bad = copy.deepcopy(seed_nodepool)
+    bad["spec"]["template"]["spec"]["requirements"][0]["operator"] = "Gt"
+    bad["spec"]["weight"] = 500
+    response = create(editor, bad)
+    assert response.status_code == 422
+    body = response.json()
+    fields = {c["field"] for c in body["details"]["causes"]}
+    assert "spec.weight" in fields
+    assert any(f.startswith("spec.template.spec.requirements[0]") for f in fields)
+    assert body["reason"] == "Invalid" and body["details"]["kind"] == "NodePool"
+    assert not NodePool.objects.exists()
+
+
+def test_a_stale_resource_version_is_409_with_the_current_object(editor, seed_nodepool):
+    create(editor, seed_nodepool)
+    first = editor.get(NODEPOOLS + "general/").json()
+    first["spec"]["weight"] = 10
+    assert editor.put(NODEPOOLS + "general/", first, format="json").status_code == 200
+    stale = copy.deepcopy(first)  # still says resourceVersion 1
+    stale["spec"]["weight"] = 20
+    conflict = editor.put(NODEPOOLS + "general/", stale, format="json")
+    assert conflict.status_code == 409
+    assert conflict.json()["details"]["current"]["spec"]["weight"] == 10
+    assert NodePool.objects.get().weight == 10  # the second writer did not overwrite the first
+
+
+def test_if_match_guards_replace_patch_and_delete(editor, seed_nodepool):
+    create(editor, seed_nodepool)
+    current = editor.get(NODEPOOLS + "general/")
+    etag = current["ETag"]
+    patched = editor.patch(
+        NODEPOOLS + "general/",
+        b'{"spec": {"weight": 7}}',
+        HTTP_IF_MATCH=etag,
+        content_type="application/merge-patch+json",
+    )
+    assert patched.status_code == 200 and patched.json()["spec"]["weight"] == 7
+    assert patched["ETag"] == '"2"'
+    stale_patch = editor.patch(
+        NODEPOOLS + "general/",
+        b'{"spec": {"weight": 8}}',
+        HTTP_IF_MATCH=etag,
+        content_type="application/merge-patch+json",
+    )
+    assert stale_patch.status_code == 409
+    assert editor.delete(NODEPOOLS + "general/", HTTP_IF_MATCH=etag).status_code == 409
+    assert editor.delete(NODEPOOLS + "general/", HTTP_IF_MATCH='"2"').status_code == 200
+    assert editor.get(NODEPOOLS + "general/").status_code == 404
+
+
+def test_merge_patch_deletes_with_null_and_keeps_the_rest(editor, seed_nodepool):
+    create(editor, seed_nodepool)
+    response = editor.patch(
+        NODEPOOLS + "general/", b'{"spec": {"limits": null}}', content_type="application/merge-patch+json"
+    )
+    assert response.status_code == 200
+    spec = response.json()["spec"]
+    assert "limits" not in spec and spec["template"]["spec"]["nodeClassRef"]["name"] == "default"
+
+
+def test_dry_run_validates_without_saving(editor, seed_nodepool):
+    response = editor.post(NODEPOOLS + "?dryRun=All", seed_nodepool, format="json")
+    assert response.status_code == 201 and response.json()["metadata"]["name"] == "general"
+    assert not NodePool.objects.exists() and not AuditEntry.objects.filter(kind="NodePool").exists()
+    create(editor, seed_nodepool)
+    assert editor.delete(NODEPOOLS + "general/?dryRun=All").status_code == 200
+    assert NodePool.objects.exists()
+    assert editor.post(NODEPOOLS + "?dryRun=Some", seed_nodepool, format="json").status_code == 400
+
+
+def test_warnings_go_in_the_warning_header(editor, seed_nodepool):
+    missing_class = copy.deepcopy(seed_nodepool)
+    missing_class["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "nope"
+    response = create(editor, missing_class)
+    assert response.status_code == 201
+    assert response["Warning"].startswith('299 - "') and "nope" in response["Warning"]
+
+
+def test_every_write_is_audited_with_who(editor, seed_nodepool):
+    create(editor, seed_nodepool)
+    editor.patch(NODEPOOLS + "general/", b'{"spec": {"weight": 3}}', content_type="application/merge-patch+json")
+    editor.delete(NODEPOOLS + "general/")
+    entries = list(AuditEntry.objects.filter(kind="NodePool").order_by("at", "id"))
+    assert [e.action for e in entries] == ["created", "updated", "deleted"]
+    assert {e.source for e in entries} == {"rest"} and {e.actor for e in entries} == {"editor-user"}
+    assert "+  weight: 3" in entries[1].diff.splitlines()
+
+
+def test_the_url_and_the_body_must_agree(editor, seed_nodepool):
+    create(editor, seed_nodepool)
+    other = copy.deepcopy(seed_nodepool)
+    other["metadata"]["name"] = "other"
+    response = editor.put(NODEPOOLS + "general/", other, format="json")
+    assert response.status_code == 400 and "does not match the name in the URL" in response.json()["message"]
+    wrong_kind = editor.post("/api/v1/ec2nodeclasses/", seed_nodepool, format="json")
+    assert wrong_kind.status_code == 400 and "takes EC2NodeClass" in wrong_kind.json()["message"]
+    assert editor.put(NODEPOOLS + "missing/", seed_nodepool, format="json").status_code == 404
+
+
+def test_bad_bodies_are_clear_errors(editor, settings):
+    broken = editor.post(NODEPOOLS, b"kind: [unclosed", content_type="application/yaml")
+    assert broken.status_code == 400 and "not valid YAML" in broken.json()["message"]
+    assert editor.post(NODEPOOLS, b"<xml/>", content_type="application/xml").status_code == 415
+    settings.KARPWEB_MAX_MANIFEST_BYTES = 100
+    big = editor.post(NODEPOOLS, b"{" + b" " * 200 + b"}", content_type="application/json")
+    assert big.status_code == 413 and big.json()["reason"] == "RequestEntityTooLarge"
+
+
+def test_throttled_requests_get_429_with_retry_after(viewer, monkeypatch):
+    from django.core.cache import cache
+
+    cache.clear()
+    monkeypatch.setattr(UserRateThrottle, "THROTTLE_RATES", {"user": "3/minute"})
+    codes = [viewer.get(NODEPOOLS).status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+    throttled = viewer.get(NODEPOOLS)
+    assert int(throttled["Retry-After"]) > 0 and throttled.json()["reason"] == "TooManyRequests"
+    cache.clear()
+
+
+def test_lists_page_by_cursor(editor, seed_nodepool):
+    for name in ("a", "b", "c"):
+        pool = copy.deepcopy(seed_nodepool)
+        pool["metadata"]["name"] = name
+        create(editor, pool)
+    first = editor.get(NODEPOOLS + "?limit=2").json()
+    assert [p["metadata"]["name"] for p in first["results"]] == ["a", "b"]
+    second = editor.get(first["next"]).json()
+    assert [p["metadata"]["name"] for p in second["results"]] == ["c"] and second["next"] is None
+
+
+# ------------------------------------------------------------------ read-only views
+
+
+def test_pods_filter_by_namespace_phase_nodepool_and_read_one(viewer):
+    add_node("n1", nodepool="gpu")
+    add_pod("train-1", "ml", node="n1", cpu="2")
+    add_pod("web-1", "shop", reason="no room")
+    pods = viewer.get("/api/v1/pods/?namespace=ml").json()["results"]
+    assert [p["name"] for p in pods] == ["train-1"] and pods[0]["requests"]["cpuMillis"] == 2000
+    assert [p["name"] for p in viewer.get("/api/v1/pods/?nodepool=gpu").json()["results"]] == ["train-1"]
+    pending = viewer.get("/api/v1/pods/?phase=Pending&unschedulable=true").json()["results"]
+    assert [p["name"] for p in pending] == ["web-1"] and pending[0]["unschedulableReason"] == "no room"
+    assert viewer.get("/api/v1/pods/shop/web-1/").json()["namespace"] == "shop"
+    assert viewer.get("/api/v1/pods/shop/nope/").status_code == 404
+    assert viewer.get("/api/v1/pods/?phase=Sleeping").status_code == 400
+
+
+def test_nodeclaims_and_nodes_filter_by_nodepool_state_and_capacity_type(viewer):
+    add_node("n1", nodepool="general", capacity_type="spot")
+    add_node("n2", nodepool="batch", capacity_type="on-demand")
+    add_pod("p", node="n1", cpu="1", memory="1Gi")
+    claims = viewer.get("/api/v1/nodeclaims/?capacity_type=spot").json()["results"]
+    assert [c["name"] for c in claims] == ["n1-claim"] and claims[0]["pricePerHour"] == 0.08
+    assert viewer.get("/api/v1/nodeclaims/n2-claim/").json()["nodepool"] == "batch"
+    nodes = viewer.get("/api/v1/nodes/?nodepool=general").json()["results"]
+    assert [n["name"] for n in nodes] == ["n1"]
+    assert nodes[0]["requested"] == {"pods": 1, "cpuMillis": 1000, "memoryBytes": 2**30}
+    assert [n["name"] for n in viewer.get("/api/v1/nodes/?capacity_type=on-demand").json()["results"]] == ["n2"]
+    assert viewer.get("/api/v1/nodes/n1/").json()["allocatable"]["cpu"] == "3920m"
+
+
+def test_decisions_carry_their_claims_and_reasons(viewer):
+    decision = add_decision(["a/b"], unschedulable=[{"pod": "a/c", "reason": "too big"}])
+    add_node("n1", decision=decision)
+    body = viewer.get(f"/api/v1/decisions/{decision.pk}/").json()
+    assert body["unschedulable"] == [{"pod": "a/c", "reason": "too big"}]
+    assert [c["name"] for c in body["claims"]] == ["n1-claim"]
+    listed = viewer.get("/api/v1/decisions/").json()["results"]
+    assert listed[0]["id"] == decision.pk
+
+
+def test_disruptions_filter_by_reason(viewer):
+    claim = add_node("n1")
+    add_disruption([claim.name], reason="Empty")
+    add_disruption([claim.name], reason="Drifted")
+    listed = viewer.get("/api/v1/disruptions/?reason=Empty").json()["results"]
+    assert [d["reason"] for d in listed] == ["Empty"] and listed[0]["savingsPerHour"] == 0.04
+
+
+def test_catalog_filters_by_requirement(viewer):
+    body = viewer.get("/api/v1/catalog/instancetypes/?require=karpenter.k8s.aws/instance-family=m5").json()
+    assert body["count"] > 3 and all(t["name"].startswith("m5.") for t in body["results"])
+    bad = viewer.get("/api/v1/catalog/instancetypes/?require=oops")
+    assert bad.status_code == 400 and "expected KEY=VALUE" in bad.json()["message"]
+
+
+def test_the_schema_and_its_docs_are_served(viewer, client):
+    schema = viewer.get("/api/schema/")
+    assert schema.status_code == 200
+    document = yaml.safe_load(schema.content)
+    assert "/api/v1/nodepools/{name}/" in document["paths"]
+    assert "409" in document["paths"]["/api/v1/nodepools/{name}/"]["put"]["responses"]
+    user = User.objects.create_user("docs")
+    client.force_login(user)
+    docs = client.get("/api/docs/")
+    assert docs.status_code == 200 and b"swagger-ui" in docs.content
