@@ -193,6 +193,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "provisioning.rest.schema.add_common_errors",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "NodeClaimStateEnum": "provisioning.rest.schema.NODECLAIM_STATES",
         "DisruptionStateEnum": "provisioning.rest.schema.DISRUPTION_STATES",

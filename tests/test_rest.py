@@ -315,3 +315,19 @@ def test_the_schema_and_its_docs_are_served(viewer, client):
     client.force_login(user)
     docs = client.get("/api/docs/")
     assert docs.status_code == 200 and b"swagger-ui" in docs.content
+
+
+def test_every_list_renders_as_yaml_too(viewer):
+    decision = add_decision(["a/b"])
+    claim = add_node("n1", decision=decision)
+    add_disruption([claim.name])
+    add_pod("p", node="n1")
+    for path in ("pods", "nodeclaims", "nodes", "decisions", "disruptions", "nodepools"):
+        response = viewer.get(f"/api/v1/{path}/?format=yaml")
+        assert response.status_code == 200, path
+        assert "results" in yaml.safe_load(response.content), path
+
+
+def test_unknown_api_paths_get_a_status(viewer):
+    response = viewer.get("/api/v1/pods/not-a-key/")
+    assert response.status_code == 404 and response.json()["kind"] == "Status"

@@ -107,3 +107,9 @@ def handle(exc: Exception, context: dict[str, Any]) -> Response | None:
         message = f"too many requests; retry in {int(exc.wait) + 1} s"
     response.data = status_body(response.status_code, message, causes=causes)
     return response
+
+
+def not_found(request, *args, **kwargs):
+    from django.http import JsonResponse
+
+    return JsonResponse(status_body(404, f"no API endpoint at {request.path}"), status=404)

@@ -4,6 +4,7 @@ refused before it is parsed."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
@@ -11,6 +12,7 @@ from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
+from rest_framework.utils import encoders
 
 from provisioning.crd import ManifestError
 from provisioning.crd.manifest import dump_yaml, load_documents
@@ -77,7 +79,10 @@ class YAMLRenderer(BaseRenderer):
     def render(self, data, accepted_media_type=None, renderer_context=None):
         if data is None:
             return b""
-        return dump_yaml([data]).encode("utf-8")
+        # Through JSON first: serializers hand over decimals, datetimes, UUIDs and ordered
+        # dicts, which JSON's encoder knows and a safe YAML dumper does not.
+        plain = json.loads(json.dumps(data, cls=encoders.JSONEncoder))
+        return dump_yaml([plain]).encode("utf-8")
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

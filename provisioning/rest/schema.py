@@ -60,3 +60,27 @@ def _enums():
 
 # Choice sets named in the document (settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
 NODECLAIM_STATES, DISRUPTION_STATES, POD_PHASES = _enums()
+
+
+def add_common_errors(result, generator, request, public):
+    """Every operation can answer with these, whatever its own responses: the document
+    says so, so a client (and a contract test) is never surprised."""
+    common = {
+        "400": "the body or a parameter cannot be read",
+        "401": "no or bad credentials (Authorization: Token KEY)",
+        "403": "the role is not enough",
+        "404": "no such object, or an unknown ?format",
+        "406": "no representation for the Accept header",
+        "413": "body over the manifest size limit",
+        "415": "Content-Type not JSON, YAML or merge patch",
+        "429": "throttled; see Retry-After",
+    }
+    status_ref = {"$ref": "#/components/schemas/Status"}
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            for code, description in common.items():
+                responses.setdefault(
+                    code, {"description": description, "content": {"application/json": {"schema": status_ref}}}
+                )
+    return result

@@ -1,9 +1,9 @@
 from csp.decorators import csp_update
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
-from provisioning.rest import catalog, cluster, policies
+from provisioning.rest import catalog, cluster, errors, policies
 
 router = SimpleRouter()
 router.register("pods", cluster.PodViewSet, basename="pod")
@@ -19,6 +19,7 @@ v1 = [
     path("ec2nodeclasses/<str:name>/", policies.EC2NodeClassDetail.as_view(), name="ec2nodeclass-detail"),
     path("catalog/instancetypes/", catalog.InstanceTypes.as_view(), name="instancetype-list"),
     path("", include(router.urls)),
+    re_path(r"^.*$", errors.not_found),  # an unknown API path gets a Status, not an HTML page
 ]
 
 urlpatterns = [
