@@ -1,9 +1,10 @@
 """Spend over time: the cost series from NodeClaims (figures worked out by hand), the month
-so far and its projection, spot savings."""
+so far and its projection, spot savings; and the SVG chart drawn from a series."""
 
 from __future__ import annotations
 
 import random
+import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,7 +12,9 @@ from builders import nodeclaim
 
 from provisioning.services import spend
 from provisioning.services.spend import Span, SpendError
+from provisioning.ui.charts import stacked_area
 
+SVG = "{http://www.w3.org/2000/svg}"
 NOW = datetime(2026, 3, 15, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 
@@ -178,3 +181,73 @@ def test_nothing_ever_ran_until_a_claim_had_an_instance(db):
     nodeclaim("old", 0.10, launched_at=at(1, day=1) - timedelta(days=90), deleted_at=at(1, day=1) - timedelta(days=89))
     report = spend.report(now=NOW)
     assert report.ever_ran is True and report.by_nodepool.groups == () and report.month.cost == 0
+
+
+# ------------------------------------------------------------------ the chart
+
+
+def chart(values: dict, count: int = 8, **options) -> ET.Element:
+    edges = [at(10) + i * timedelta(minutes=15) for i in range(count + 1)]
+    return ET.fromstring(stacked_area(edges, values, chart_id="spend-np", title="$/hour by NodePool", **options))
+
+
+def test_the_chart_has_one_series_per_group_and_a_legend():
+    root = chart({"general": [0.1] * 8, "gpu": [0.5] * 4 + [1.0] * 4})
+    assert root.get("role") == "img" and root.get("aria-labelledby") == "spend-np-title spend-np-desc"
+    assert root.find(f"{SVG}title").text == "$/hour by NodePool"
+    desc = root.find(f"{SVG}desc").text
+    assert "2026-03-15 10:00–12:00 UTC" in desc and "general $0.1000/hour" in desc and "gpu $0.7500/hour" in desc
+    series = root.findall(f".//{SVG}g[@class='series']")
+    assert [g.get("data-group") for g in series] == ["general", "gpu"]
+    legend = root.find(f".//{SVG}g[@class='legend']")
+    assert [t.text for t in legend.iter(f"{SVG}text")] == ["general", "gpu"]
+    fills = [g.find(f"{SVG}path").get("fill") for g in series]
+    assert [r.get("fill") for r in legend.iter(f"{SVG}rect")] == fills and len(set(fills)) == 2
+
+
+def test_every_point_has_a_tooltip_and_the_groups_stack():
+    root = chart({"general": [0.1] * 8, "gpu": [0.5] * 4 + [1.0] * 4})
+    general, gpu = root.findall(f".//{SVG}g[@class='series']")
+    tips = [c.find(f"{SVG}title").text for c in gpu.iter(f"{SVG}circle")]
+    assert len(tips) == 8
+    assert tips[0] == "gpu: $0.5000/hour, 2026-03-15 10:00–10:15 UTC"
+    assert tips[7] == "gpu: $1.0000/hour, 2026-03-15 11:45–12:00 UTC"
+    below = [float(c.get("cy")) for c in general.iter(f"{SVG}circle")]
+    above = [float(c.get("cy")) for c in gpu.iter(f"{SVG}circle")]
+    assert all(a < b for a, b in zip(above, below, strict=True))  # higher up: gpu sits on general
+
+
+def test_the_axes_show_times_and_dollars():
+    root = chart({"general": [0.1] * 8, "gpu": [0.5] * 4 + [1.0] * 4})
+    x_labels = [t.text for t in root.find(f".//{SVG}g[@class='axis x']").iter(f"{SVG}text")]
+    y_labels = [t.text for t in root.find(f".//{SVG}g[@class='axis y']").iter(f"{SVG}text")]
+    assert x_labels == ["10:00", "10:30", "11:00", "11:30", "12:00"]
+    assert y_labels == ["$0.00", "$0.50", "$1.00", "$1.50"]  # the top total is 1.10
+    days = [at(0, day=1) + i * timedelta(hours=6) for i in range(4 * 30 + 1)]
+    month = ET.fromstring(stacked_area(days, {"a": [2.0] * 120}, chart_id="m", title="t"))
+    labels = [t.text for t in month.find(f".//{SVG}g[@class='axis x']").iter(f"{SVG}text")]
+    assert labels == ["Mar 05", "Mar 12", "Mar 19", "Mar 26"]  # weekly, at UTC midnight
+
+
+def test_every_text_is_escaped():
+    nasty = "<script>alert('x')</script> & \"q\""
+    svg = stacked_area([at(10), at(11)], {nasty: [1.0]}, chart_id='c"><script>', title="<b>$ & more</b>", unit="/h<i>")
+    assert "<script>" not in svg and "<b>" not in svg and "<i>" not in svg
+    root = ET.fromstring(svg)  # well-formed despite it all
+    assert root.find(f"{SVG}title").text == "<b>$ & more</b>"
+    assert root.find(f".//{SVG}g[@class='series']").get("data-group") == nasty
+    assert [t.text for t in root.find(f".//{SVG}g[@class='legend']").iter(f"{SVG}text")] == [nasty]
+    assert root.find(f".//{SVG}circle/{SVG}title").text.startswith(f"{nasty}: $1.0000/h<i>")
+
+
+def test_a_long_legend_wraps_and_the_chart_grows_to_hold_it():
+    names = [f"nodepool-with-a-long-name-{i}" for i in range(12)]
+    root = chart({name: [0.1] * 8 for name in names})
+    ys = {float(r.get("y")) for r in root.find(f".//{SVG}g[@class='legend']").iter(f"{SVG}rect")}
+    assert len(ys) > 1
+    assert float(root.get("viewBox").split()[3]) >= max(ys) + 12
+
+
+def test_values_that_do_not_fit_the_buckets_are_refused():
+    with pytest.raises(ValueError, match="general: 3 values for 8 buckets"):
+        chart({"general": [0.1] * 3})
