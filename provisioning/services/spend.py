@@ -7,11 +7,12 @@ or until now while it runs. A claim that never had an instance cost nothing.
 ``series(start, end, step, by)`` is the time series the spend page draws and the REST API
 serves (``spend/?from=&to=&step=``): the average $/hour of each NodePool (or capacity type)
 in each bucket of ``step``, time-weighted, so a claim that ran half of a bucket counts half
-its price there. ``report(range_name)`` is everything the page shows, from one query.
+its price there. ``report(range_name)`` is everything the page shows.
 
-Both read only the claims that overlap the range (one query, plain tuples) and make one
-sweep over their start and end events: the events are bucketed rather than sorted, so the
-cost is O(claims + buckets × groups).
+Both read only the claims that overlap the range (one query, plain tuples of floats and
+names) and make one sweep over their start and end events: the events are bucketed rather
+than sorted, so the cost is O(claims + buckets × groups). The month so far, which spans far
+more claims than a short range, is summed by the database.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import FloatField, Func, Q, QuerySet, Sum, Value
+from django.db.models.functions import Cast, Coalesce, Greatest, Least
 from django.utils import timezone
 
 from provisioning.models import NodeClaim
@@ -30,6 +32,7 @@ from provisioning.services.catalog import on_demand_prices
 BY_NODEPOOL = "nodepool"
 BY_CAPACITY_TYPE = "capacity_type"
 GROUPINGS = (BY_NODEPOOL, BY_CAPACITY_TYPE)
+BY_SPOT_SAVINGS = "spot_savings"
 SPOT = "spot"
 SPOT_SAVINGS = "spot savings"
 # A longer series is refused: charts and API answers stay small whatever is asked.
@@ -48,15 +51,16 @@ class Range:
     label: str
     length: timedelta
     step: timedelta
+    step_label: str
 
 
 RANGES: dict[str, Range] = {
     r.name: r
     for r in (
-        Range("1h", "1 hour", timedelta(hours=1), timedelta(minutes=1)),
-        Range("24h", "24 hours", timedelta(hours=24), timedelta(minutes=15)),
-        Range("7d", "7 days", timedelta(days=7), timedelta(hours=2)),
-        Range("30d", "30 days", timedelta(days=30), timedelta(hours=6)),
+        Range("1h", "1 hour", timedelta(hours=1), timedelta(minutes=1), "a minute"),
+        Range("24h", "24 hours", timedelta(hours=24), timedelta(minutes=15), "15 minutes"),
+        Range("7d", "7 days", timedelta(days=7), timedelta(hours=2), "2 hours"),
+        Range("30d", "30 days", timedelta(days=30), timedelta(hours=6), "6 hours"),
     )
 }
 DEFAULT_RANGE = "24h"
@@ -189,12 +193,12 @@ def bucket_edges(start: datetime, end: datetime, step: timedelta) -> tuple[datet
 
 
 def report(range_name: str = DEFAULT_RANGE, *, now: datetime | None = None) -> Report:
-    """The page's figures for ``range_name`` (a key of :data:`RANGES`): both breakdowns,
-    spot savings, the month so far and its projection, from one query of the claims."""
+    """The page's figures for ``range_name`` (a key of :data:`RANGES`): both breakdowns and
+    spot savings from the claims over the range (one query), the month so far and its
+    projection summed by the database (one more)."""
     now = now or timezone.now()
     start, end, step = window(range_name, now)
-    month_start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    spans = claim_spans(min(start, month_start), now)
+    spans = claim_spans(start, now)
     edges = bucket_edges(start, end, step)
     # The catalog is read only when there is spot to compare.
     on_demand = on_demand_prices() if any(s.capacity_type == SPOT for s in spans) else {}
@@ -202,68 +206,91 @@ def report(range_name: str = DEFAULT_RANGE, *, now: datetime | None = None) -> R
     def saved(span: Span) -> float:
         return _saved(span, on_demand)
 
-    running = [s for s in spans if s.end is None]
     return Report(
         range=RANGES[range_name],
         start=start,
         end=end,
         by_nodepool=sweep(spans, edges, now, BY_NODEPOOL, _GROUP_OF[BY_NODEPOOL], _price),
         by_capacity_type=sweep(spans, edges, now, BY_CAPACITY_TYPE, _GROUP_OF[BY_CAPACITY_TYPE], _price),
-        savings=sweep(spans, edges, now, SPOT_SAVINGS, lambda span: SPOT_SAVINGS, saved),
-        savings_per_hour_now=sum(saved(s) for s in running),
-        month=month_so_far(spans, month_start, now),
+        savings=sweep(spans, edges, now, BY_SPOT_SAVINGS, lambda span: SPOT_SAVINGS, saved),
+        savings_per_hour_now=sum(saved(s) for s in spans if s.end is None),
+        month=month_so_far(now),
         ever_ran=bool(spans) or _started().exists(),
     )
 
 
-def month_so_far(spans: Iterable[Span], start: datetime, now: datetime) -> Month:
-    """The month's cost so far and the running rate, from spans that cover it."""
-    first, until = start.timestamp(), now.timestamp()
-    cost = per_hour_now = 0.0
-    for span in spans:
-        cost += span.price_per_hour * max(0.0, span.until(until) - max(span.start, first)) / 3600
-        if span.end is None and span.start <= until:
-            per_hour_now += span.price_per_hour
+def month_so_far(now: datetime) -> Month:
+    """The calendar month's cost until ``now`` and the rate of the claims running then.
+
+    A month holds far more claims than the page's range, so the database adds them up:
+    each claim's price times the seconds it ran inside the month."""
+    start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    first, until = Value(start.timestamp()), Value(now.timestamp())
+    price = Cast("price_per_hour", FloatField())
+    ran_from = Greatest(EpochSeconds(Coalesce("launched_at", "created_at")), first)
+    ran_until = Least(Coalesce(EpochSeconds("deleted_at"), until), until)
+    totals = _overlapping(start, now).aggregate(
+        dollar_seconds=Sum(price * (ran_until - ran_from)),
+        per_hour_now=Sum(price, filter=Q(deleted_at__isnull=True)),
+    )
     next_month = (start + timedelta(days=32)).replace(day=1)
-    return Month(start=start, end=next_month, now=now, cost=cost, per_hour_now=per_hour_now)
+    return Month(
+        start=start,
+        end=next_month,
+        now=now,
+        cost=(totals["dollar_seconds"] or 0.0) / 3600,
+        per_hour_now=totals["per_hour_now"] or 0.0,
+    )
 
 
 # ------------------------------------------------------------------ reading and sweeping
 
 
-def _started() -> Q:
+class EpochSeconds(Func):
+    """A datetime as seconds since 1970 (a float), computed by the database: rows arrive
+    without a datetime object to build for each, and sums over time stay in SQL."""
+
+    output_field = FloatField()
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        # julianday counts days since noon of 4714 BC; 1970-01-01 is day 2440587.5. Its double
+        # is good to some 20 µs now: rounding to the millisecond puts a claim that starts on a
+        # bucket's edge in that bucket, not a sliver of it in the one before.
+        template = "ROUND((julianday(%(expressions)s) - 2440587.5) * 86400.0, 3)"
+        return self.as_sql(compiler, connection, template=template, **extra_context)
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        template = "EXTRACT(EPOCH FROM %(expressions)s)::double precision"
+        return self.as_sql(compiler, connection, template=template, **extra_context)
+
+
+def _started() -> QuerySet[NodeClaim]:
     """Claims that had an instance: launched, or carrying one without our launch."""
     return NodeClaim.objects.filter(
         Q(launched_at__isnull=False) | ~Q(instance_id=""), price_per_hour__isnull=False
     ).order_by()
 
 
-_SPAN_COLUMNS = (
-    "launched_at",
-    "created_at",
-    "deleted_at",
-    "nodepool_name",
-    "capacity_type",
-    "instance_type",
-    "price_per_hour",
-)
+def _overlapping(start: datetime, end: datetime) -> QuerySet[NodeClaim]:
+    """Claims that ran at some time between ``start`` and ``end``."""
+    began_before_end = Q(launched_at__lt=end) | Q(launched_at__isnull=True, created_at__lt=end)
+    still_running_at_start = Q(deleted_at__isnull=True) | Q(deleted_at__gt=start)
+    return _started().filter(began_before_end, still_running_at_start)
 
 
 def claim_spans(start: datetime, end: datetime) -> list[Span]:
     """The cost spans of the claims that ran at some time between ``start`` and ``end``."""
-    began_before_end = Q(launched_at__lt=end) | Q(launched_at__isnull=True, created_at__lt=end)
-    still_running_at_start = Q(deleted_at__isnull=True) | Q(deleted_at__gt=start)
-    rows = _started().filter(began_before_end, still_running_at_start).values_list(*_SPAN_COLUMNS)
+    rows = _overlapping(start, end).values_list(
+        EpochSeconds(Coalesce("launched_at", "created_at")),
+        EpochSeconds("deleted_at"),
+        "nodepool_name",
+        "capacity_type",
+        "instance_type",
+        Cast("price_per_hour", FloatField()),
+    )
     return [
-        Span(
-            start=(launched or created).timestamp(),
-            end=deleted.timestamp() if deleted else None,
-            nodepool=nodepool,
-            capacity_type=capacity_type or "unknown",
-            instance_type=instance_type,
-            price_per_hour=float(price),
-        )
-        for launched, created, deleted, nodepool, capacity_type, instance_type, price in rows
+        Span(begin, finish, nodepool, capacity_type or "unknown", instance_type, price)
+        for begin, finish, nodepool, capacity_type, instance_type, price in rows
     ]
 
 
