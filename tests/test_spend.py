@@ -71,6 +71,12 @@ def test_a_claim_over_many_buckets_counts_whole_inside_and_in_part_at_its_ends(d
     assert series.cost() == pytest.approx(0.05)  # five minutes at $0.60/hour
 
 
+def test_a_claim_that_starts_on_a_bucket_edge_leaves_the_bucket_before_it_empty(db):
+    nodeclaim("x", 0.60, launched_at=at(10, 1), deleted_at=at(10, 3))
+    series = spend.series(at(10), at(10, 4), timedelta(minutes=1), now=NOW)
+    assert series.values["general"] == (0.0, 0.6, 0.6, 0.0)
+
+
 def test_a_running_claim_costs_until_now_and_a_short_last_bucket_is_not_diluted(db):
     nodeclaim("x", 0.60, launched_at=at(9))
     now = at(11, 20)
