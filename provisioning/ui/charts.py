@@ -60,8 +60,8 @@ def stacked_area(
     chart_id: str,
     title: str,
     unit: str = "/hour",
-    width: int = 760,
-    height: int = 220,
+    width: int = 960,
+    height: int = 240,
 ) -> str:
     """An SVG of ``values`` (group → one value per bucket) stacked over the buckets
     ``edges[i]`` to ``edges[i + 1]``; ``chart_id`` keeps the ids of several charts on one

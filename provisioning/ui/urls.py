@@ -1,10 +1,11 @@
 from django.urls import path
 
-from provisioning.ui.views import overview, policies
+from provisioning.ui.views import overview, policies, spend
 
 app_name = "provisioning"
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("policies/<str:kind>/<str:name>/", policies.policy_detail, name="policy-detail"),
+    path("spend/", spend.spend_page, name="spend"),
 ]
