@@ -67,7 +67,7 @@ def test_a_viewer_sees_both_breakdowns_the_savings_and_the_month(viewer, running
     response = viewer.get("/spend/")
     assert response.status_code == 200
     html = response.content.decode()
-    assert '<a href="/spend/">Spend</a>' in html  # the nav
+    assert '<a href="/spend/">Spend</a>' in html and '<a href="/whatif/">What-if</a>' in html  # the nav
     charts = [ET.fromstring(svg) for svg in re.findall(r"<svg .*?</svg>", html, re.S)]
     titles = [chart.find("{http://www.w3.org/2000/svg}title").text for chart in charts]
     assert titles == [
