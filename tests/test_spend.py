@@ -133,6 +133,7 @@ def test_the_sweep_agrees_with_adding_up_every_overlap():
         (at(12), at(10), HOUR, "nodepool", "to: must be after from"),
         (at(0), at(23), timedelta(seconds=1), "nodepool", "more than 2000"),
         (at(10), at(12), HOUR, "zone", "by: 'zone' is not one of nodepool, capacity_type"),
+        (at(10).replace(tzinfo=None), at(12), HOUR, "nodepool", r"from, to: need a time zone"),
     ],
 )
 def test_a_range_that_cannot_be_charted_is_refused(db, start, end, step, by, message):

@@ -179,6 +179,10 @@ def window(range_name: str, now: datetime) -> tuple[datetime, datetime, timedelt
 
 
 def bucket_edges(start: datetime, end: datetime, step: timedelta) -> tuple[datetime, ...]:
+    """Where the buckets of ``step`` from ``start`` begin, and ``end`` (the last bucket is
+    shorter when the step does not divide the range)."""
+    if start.tzinfo is None or end.tzinfo is None:  # a naive time would be read in the server's zone
+        raise SpendError("from, to: need a time zone (2026-03-15T10:00:00Z, or +00:00)")
     if step <= timedelta(0):
         raise SpendError("step: must be longer than zero")
     if end <= start:
