@@ -1,4 +1,4 @@
-"""Builders with defaults for the documents tests submit."""
+"""Builders with defaults for the documents tests submit, and the NodeClaim rows they read."""
 
 from __future__ import annotations
 
@@ -50,3 +50,43 @@ def nodepool(
 
 # Consolidate as soon as it pays: what the pipeline and disruption tests want to see.
 CONSOLIDATE_AT_ONCE = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}
+
+
+def nodeclaim(
+    name: str,
+    price: float | None,
+    *,
+    launched_at=None,
+    deleted_at=None,
+    created_at=None,
+    nodepool: str = "general",
+    capacity_type: str = "on-demand",
+    instance_type: str = "m5.large",
+    instance_id: str | None = None,
+):
+    """A NodeClaim row as the pipeline leaves it: launched (with an instance) when
+    ``launched_at`` is given, terminated when ``deleted_at`` is; ``created_at`` is set after
+    the insert, as auto_now_add would ignore it."""
+    from provisioning.models import NodeClaim
+
+    if instance_id is None:
+        instance_id = f"i-{name}" if launched_at else ""
+    if deleted_at:
+        state = NodeClaim.State.TERMINATED
+    else:
+        state = NodeClaim.State.INITIALIZED if instance_id else NodeClaim.State.PENDING
+    claim = NodeClaim.objects.create(
+        name=name,
+        nodepool_name=nodepool,
+        nodeclass_name="default",
+        state=state,
+        instance_id=instance_id,
+        instance_type=instance_type,
+        capacity_type=capacity_type,
+        price_per_hour=price,
+        launched_at=launched_at,
+        deleted_at=deleted_at,
+    )
+    if created_at or launched_at:
+        NodeClaim.objects.filter(pk=claim.pk).update(created_at=created_at or launched_at)
+    return claim

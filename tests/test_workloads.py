@@ -540,6 +540,13 @@ class TestExpandAll:
         result = expand_all([workload("Deployment"), workload("Deployment", namespace="other")])
         assert len(result.pods) == 2
 
+    def test_a_stream_past_the_pod_limit_is_refused_at_the_document_that_crosses_it(self):
+        documents = [workload("Deployment", name="a", replicas=3), workload("Deployment", name="b", replicas=2)]
+        assert len(expand_all(documents, max_pods=5).pods) == 5
+        with pytest.raises(PodError) as caught:
+            expand_all(documents, max_pods=4)
+        assert str(caught.value) == "Deployment b: takes the input past 4 pods, the most planned at once here"
+
 
 # --------------------------------------------------------------------------------------------
 # Scale and purity

@@ -333,9 +333,11 @@ def _documents(documents: Iterable[Any]) -> Iterator[tuple[str, Any]]:
             yield f"document {index}", document
 
 
-def expand_all(documents: Iterable[Any]) -> Workloads:
+def expand_all(documents: Iterable[Any], *, max_pods: int | None = None) -> Workloads:
     """Every document of a stream (``yaml.safe_load_all``'s output). Empty documents are
-    ignored; bad input raises :class:`PodError` naming the document and the field."""
+    ignored; bad input raises :class:`PodError` naming the document and the field, as does
+    a stream of more than ``max_pods`` pods (checked after each document, so a stream from
+    a stranger never expands far past it)."""
     pods: list[Pod] = []
     daemonsets: list[DaemonSetOverhead] = []
     nodes: list[ExistingNode] = []
@@ -380,6 +382,8 @@ def expand_all(documents: Iterable[Any]) -> Workloads:
             for pod in items:
                 _claim(pod_sources, pod.key, name, where, "pod")
             pods.extend(items)
+            if max_pods is not None and len(pods) > max_pods:
+                raise PodError("", f"takes the input past {max_pods:,} pods, the most planned at once here", name)
 
     if nodes and any(pod.node_name for pod in pods):
         bound: dict[str, list[Pod]] = {}

@@ -266,6 +266,16 @@ def instance_types(
     return load_catalog(region).instance_types(nodeclass_spec, resolved, unavailable_checker())
 
 
+def on_demand_prices(region: str | None = None) -> dict[str, float]:
+    """Instance type → on-demand USD/hour, what spot and savings are measured against; empty
+    when the catalog cannot be loaded, so the pages that show savings still render."""
+    try:
+        return dict(load_catalog(region).on_demand)
+    except Exception as exc:
+        log.warning("catalog: no on-demand prices (%s)", exc)
+        return {}
+
+
 def catalog_labels(region: str | None = None) -> Mapping[str, frozenset[str]] | None:
     """Label key → values some instance type has, for the validator; None when the
     catalog cannot be loaded (the validator then falls back to its heuristics)."""

@@ -5,7 +5,6 @@ whatever the number of rows."""
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,8 +12,7 @@ from typing import Any
 from django.db.models import Count
 
 from provisioning.models import ClusterNode, ClusterPod, Decision, Disruption, EC2NodeClass, NodeClaim, NodePool
-
-log = logging.getLogger(__name__)
+from provisioning.services.catalog import on_demand_prices
 
 HOURS_PER_MONTH = 730  # AWS bills a month as 730 hours
 
@@ -64,7 +62,7 @@ def summary() -> Summary:
         .exclude(instance_id="")
         .values_list("nodepool_name", "capacity_type", "instance_type", "price_per_hour")
     )
-    on_demand = _on_demand_prices()
+    on_demand = on_demand_prices()
     rows: dict[tuple[str, str], PoolRow] = {}
     for nodepool, capacity_type, instance_type, price in live:
         row = rows.setdefault((nodepool, capacity_type), PoolRow(nodepool, capacity_type))
@@ -78,16 +76,6 @@ def summary() -> Summary:
     out.disruptions = list(Disruption.objects.all()[:5])
     out.problems = _problems(out)
     return out
-
-
-def _on_demand_prices() -> dict[str, float]:
-    try:
-        from provisioning.services.catalog import load_catalog
-
-        return dict(load_catalog().on_demand)
-    except Exception as exc:  # the page still renders without the catalog
-        log.warning("overview: no catalog for on-demand prices (%s)", exc)
-        return {}
 
 
 def _unavailable_offerings() -> dict[str, str]:

@@ -75,12 +75,14 @@ def build_snapshot(
     catalog: Catalog | None = None,
     zones: Sequence[str] | None = None,
     unavailable: Callable[[str], bool] | None = None,
+    max_pods: int | None = None,
 ) -> tuple[Snapshot, list[str]]:
     """The solver's input for ``documents`` (parsed YAML/JSON), and notes for people.
 
     ``catalog`` defaults to the bundled snapshot of ``region``; ``zones`` (``us-east-1a`` or
     just ``a``) limits the offerings to those zones, as subnets in only those zones would;
-    ``unavailable`` (the ICE cache) marks offerings that cannot be launched now.
+    ``unavailable`` (the ICE cache) marks offerings that cannot be launched now; more than
+    ``max_pods`` pods is invalid input.
     Raises :class:`SimulateError` on invalid input.
     """
     if catalog is None:
@@ -93,7 +95,7 @@ def build_snapshot(
     resolved_zones = resolve_zones(zones, catalog) if zones else None
 
     try:
-        workloads = expand_all(documents)
+        workloads = expand_all(documents, max_pods=max_pods)
     except PodError as exc:
         raise SimulateError(str(exc)) from None
     for skipped in workloads.skipped:
@@ -277,9 +279,10 @@ def plan_documents(
     catalog: Catalog | None = None,
     zones: Sequence[str] | None = None,
     solver: Solver | None = None,
+    max_pods: int | None = None,
 ) -> tuple[Snapshot, Plan, list[str]]:
     """Build the snapshot, solve it, and return ``(snapshot, plan, notes)``."""
-    snapshot, notes = build_snapshot(documents, region=region, catalog=catalog, zones=zones)
+    snapshot, notes = build_snapshot(documents, region=region, catalog=catalog, zones=zones, max_pods=max_pods)
     solve = solver if solver is not None else default_solver()
     started = time.perf_counter()
     plan = solve(snapshot)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from provisioning.ui.views import decisions, nodes, overview, pods, policies
+from provisioning.ui.views import decisions, nodes, overview, pods, policies, spend, whatif
 
 app_name = "provisioning"
 
@@ -13,4 +13,6 @@ urlpatterns = [
     path("nodes/<str:name>/", nodes.node_detail, name="node"),
     path("disruptions/", nodes.disruption_list, name="disruptions"),
     path("policies/<str:kind>/<str:name>/", policies.policy_detail, name="policy-detail"),
+    path("spend/", spend.spend_page, name="spend"),
+    path("whatif/", whatif.whatif_page, name="whatif"),
 ]

@@ -1,0 +1,366 @@
+"""Spend over time, computed from the NodeClaims themselves: what each one cost, when.
+
+A NodeClaim costs its ``price_per_hour`` from ``launched_at`` (or ``created_at``, for one that
+has an instance but never went through our launch, as a mirrored claim) until ``deleted_at``,
+or until now while it runs. A claim that never had an instance cost nothing.
+
+``series(start, end, step, by)`` is the time series the spend page draws and the REST API
+serves (``spend/?from=&to=&step=``): the average $/hour of each NodePool (or capacity type)
+in each bucket of ``step``, time-weighted, so a claim that ran half of a bucket counts half
+its price there. ``report(range_name)`` is everything the page shows.
+
+Both read only the claims that overlap the range (one query, plain tuples of floats and
+names) and make one sweep over their start and end events: the events are bucketed rather
+than sorted, so the cost is O(claims + buckets × groups). The month so far, which spans far
+more claims than a short range, is summed by the database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import FloatField, Func, Q, QuerySet, Sum, Value
+from django.db.models.functions import Cast, Coalesce, Greatest, Least
+from django.utils import timezone
+
+from provisioning.models import NodeClaim
+from provisioning.services.catalog import on_demand_prices
+
+BY_NODEPOOL = "nodepool"
+BY_CAPACITY_TYPE = "capacity_type"
+GROUPINGS = (BY_NODEPOOL, BY_CAPACITY_TYPE)
+BY_SPOT_SAVINGS = "spot_savings"
+SPOT = "spot"
+SPOT_SAVINGS = "spot savings"
+# A longer series is refused: charts and API answers stay small whatever is asked.
+MAX_BUCKETS = 2_000
+
+
+class SpendError(ValueError):
+    """A range that cannot be charted (end before start, a step of zero, too many buckets)."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """A range of the spend page: its length and the bucket it is drawn with."""
+
+    name: str
+    label: str
+    length: timedelta
+    step: timedelta
+    step_label: str
+
+
+RANGES: dict[str, Range] = {
+    r.name: r
+    for r in (
+        Range("1h", "1 hour", timedelta(hours=1), timedelta(minutes=1), "a minute"),
+        Range("24h", "24 hours", timedelta(hours=24), timedelta(minutes=15), "15 minutes"),
+        Range("7d", "7 days", timedelta(days=7), timedelta(hours=2), "2 hours"),
+        Range("30d", "30 days", timedelta(days=30), timedelta(hours=6), "6 hours"),
+    )
+}
+DEFAULT_RANGE = "24h"
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """What one NodeClaim cost: ``price_per_hour`` from ``start`` until ``end`` (epoch
+    seconds; ``end`` None while it runs)."""
+
+    start: float
+    end: float | None
+    nodepool: str
+    capacity_type: str
+    instance_type: str
+    price_per_hour: float
+
+    def until(self, now: float) -> float:
+        return now if self.end is None else min(self.end, now)
+
+
+@dataclass(frozen=True)
+class Series:
+    """Average $/hour of each group in each bucket: bucket ``i`` runs from ``edges[i]`` to
+    ``edges[i + 1]`` (the last one may be shorter: it ends with the range)."""
+
+    by: str
+    edges: tuple[datetime, ...]
+    values: Mapping[str, tuple[float, ...]]  # group → $/hour per bucket, groups sorted
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple(self.values)
+
+    @property
+    def buckets(self) -> int:
+        return len(self.edges) - 1
+
+    def hours(self, index: int) -> float:
+        return (self.edges[index + 1] - self.edges[index]).total_seconds() / 3600
+
+    def cost(self, group: str | None = None) -> float:
+        """Dollars over the whole range, of one group or of all."""
+        groups = self.values if group is None else (group,)
+        return sum(self.values[g][i] * self.hours(i) for g in groups for i in range(self.buckets))
+
+    def rows(self) -> Iterator[tuple[datetime, datetime, str, float, float]]:
+        """``(start, end, group, $/hour, $)`` per bucket and group, in time order."""
+        for i in range(self.buckets):
+            for group, values in self.values.items():
+                yield self.edges[i], self.edges[i + 1], group, values[i], values[i] * self.hours(i)
+
+
+@dataclass(frozen=True)
+class Month:
+    """The calendar month so far (UTC) and where it is heading at the current rate."""
+
+    start: datetime
+    end: datetime  # the first of the next month
+    now: datetime
+    cost: float  # dollars since ``start``
+    per_hour_now: float  # what the claims running now cost
+
+    @property
+    def hours_left(self) -> float:
+        return (self.end - self.now).total_seconds() / 3600
+
+    @property
+    def projection(self) -> float:
+        return self.cost + self.per_hour_now * self.hours_left
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the spend page shows for one range."""
+
+    range: Range
+    start: datetime
+    end: datetime
+    by_nodepool: Series
+    by_capacity_type: Series
+    savings: Series  # one group, SPOT_SAVINGS: on-demand price minus what spot claims paid
+    savings_per_hour_now: float
+    month: Month
+    ever_ran: bool  # False until some NodeClaim had an instance: the page's empty state
+
+    @property
+    def cost(self) -> float:
+        return self.by_nodepool.cost()
+
+
+# ------------------------------------------------------------------ the REST API's series
+
+
+def series(
+    start: datetime, end: datetime, step: timedelta, by: str = BY_NODEPOOL, *, now: datetime | None = None
+) -> Series:
+    """Average $/hour by NodePool or capacity type (``by``) in buckets of ``step`` from
+    ``start`` to ``end``. Raises :class:`SpendError` on a range that cannot be charted."""
+    if by not in GROUPINGS:
+        raise SpendError(f"by: {by!r} is not one of {', '.join(GROUPINGS)}")
+    edges = bucket_edges(start, end, step)
+    now = now or timezone.now()
+    return sweep(claim_spans(start, min(end, now)), edges, now, by, _GROUP_OF[by], _price)
+
+
+def window(range_name: str, now: datetime) -> tuple[datetime, datetime, timedelta]:
+    """``(start, end, step)`` of a page range ending now; the start is a multiple of the step
+    (UTC), so buckets keep their edges from one refresh to the next."""
+    r = RANGES.get(range_name)
+    if r is None:
+        raise SpendError(f"range: {range_name!r} is not one of {', '.join(RANGES)}")
+    step = r.step.total_seconds()
+    start = math.floor((now - r.length).timestamp() / step) * step
+    return datetime.fromtimestamp(start, UTC), now, r.step
+
+
+def bucket_edges(start: datetime, end: datetime, step: timedelta) -> tuple[datetime, ...]:
+    """Where the buckets of ``step`` from ``start`` begin, and ``end`` (the last bucket is
+    shorter when the step does not divide the range)."""
+    if start.tzinfo is None or end.tzinfo is None:  # a naive time would be read in the server's zone
+        raise SpendError("from, to: need a time zone (2026-03-15T10:00:00Z, or +00:00)")
+    if step <= timedelta(0):
+        raise SpendError("step: must be longer than zero")
+    if end <= start:
+        raise SpendError("to: must be after from")
+    count = math.ceil((end - start) / step)
+    if count > MAX_BUCKETS:
+        raise SpendError(f"step: that makes {count} buckets, more than {MAX_BUCKETS}; take a longer step")
+    return tuple(start + i * step for i in range(count)) + (end,)
+
+
+# ------------------------------------------------------------------ the page
+
+
+def report(range_name: str = DEFAULT_RANGE, *, now: datetime | None = None) -> Report:
+    """The page's figures for ``range_name`` (a key of :data:`RANGES`): both breakdowns and
+    spot savings from the claims over the range (one query), the month so far and its
+    projection summed by the database (one more)."""
+    now = now or timezone.now()
+    start, end, step = window(range_name, now)
+    spans = claim_spans(start, now)
+    edges = bucket_edges(start, end, step)
+    # The catalog is read only when there is spot to compare.
+    on_demand = on_demand_prices() if any(s.capacity_type == SPOT for s in spans) else {}
+
+    def saved(span: Span) -> float:
+        return _saved(span, on_demand)
+
+    return Report(
+        range=RANGES[range_name],
+        start=start,
+        end=end,
+        by_nodepool=sweep(spans, edges, now, BY_NODEPOOL, _GROUP_OF[BY_NODEPOOL], _price),
+        by_capacity_type=sweep(spans, edges, now, BY_CAPACITY_TYPE, _GROUP_OF[BY_CAPACITY_TYPE], _price),
+        savings=sweep(spans, edges, now, BY_SPOT_SAVINGS, lambda span: SPOT_SAVINGS, saved),
+        savings_per_hour_now=sum(saved(s) for s in spans if s.end is None),
+        month=month_so_far(now),
+        ever_ran=bool(spans) or _started().exists(),
+    )
+
+
+def month_so_far(now: datetime) -> Month:
+    """The calendar month's cost until ``now`` and the rate of the claims running then.
+
+    A month holds far more claims than the page's range, so the database adds them up:
+    each claim's price times the seconds it ran inside the month."""
+    start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    first, until = Value(start.timestamp()), Value(now.timestamp())
+    price = Cast("price_per_hour", FloatField())
+    ran_from = Greatest(EpochSeconds(Coalesce("launched_at", "created_at")), first)
+    ran_until = Least(Coalesce(EpochSeconds("deleted_at"), until), until)
+    totals = _overlapping(start, now).aggregate(
+        dollar_seconds=Sum(price * (ran_until - ran_from)),
+        per_hour_now=Sum(price, filter=Q(deleted_at__isnull=True)),
+    )
+    next_month = (start + timedelta(days=32)).replace(day=1)
+    return Month(
+        start=start,
+        end=next_month,
+        now=now,
+        cost=(totals["dollar_seconds"] or 0.0) / 3600,
+        per_hour_now=totals["per_hour_now"] or 0.0,
+    )
+
+
+# ------------------------------------------------------------------ reading and sweeping
+
+
+class EpochSeconds(Func):
+    """A datetime as seconds since 1970 (a float), computed by the database: rows arrive
+    without a datetime object to build for each, and sums over time stay in SQL."""
+
+    output_field = FloatField()
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        # julianday counts days since noon of 4714 BC; 1970-01-01 is day 2440587.5. Its double
+        # is good to some 20 µs now: rounding to the millisecond puts a claim that starts on a
+        # bucket's edge in that bucket, not a sliver of it in the one before.
+        template = "ROUND((julianday(%(expressions)s) - 2440587.5) * 86400.0, 3)"
+        return self.as_sql(compiler, connection, template=template, **extra_context)
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        template = "EXTRACT(EPOCH FROM %(expressions)s)::double precision"
+        return self.as_sql(compiler, connection, template=template, **extra_context)
+
+
+def _started() -> QuerySet[NodeClaim]:
+    """Claims that had an instance: launched, or carrying one without our launch."""
+    return NodeClaim.objects.filter(
+        Q(launched_at__isnull=False) | ~Q(instance_id=""), price_per_hour__isnull=False
+    ).order_by()
+
+
+def _overlapping(start: datetime, end: datetime) -> QuerySet[NodeClaim]:
+    """Claims that ran at some time between ``start`` and ``end``."""
+    began_before_end = Q(launched_at__lt=end) | Q(launched_at__isnull=True, created_at__lt=end)
+    still_running_at_start = Q(deleted_at__isnull=True) | Q(deleted_at__gt=start)
+    return _started().filter(began_before_end, still_running_at_start)
+
+
+def claim_spans(start: datetime, end: datetime) -> list[Span]:
+    """The cost spans of the claims that ran at some time between ``start`` and ``end``."""
+    rows = _overlapping(start, end).values_list(
+        EpochSeconds(Coalesce("launched_at", "created_at")),
+        EpochSeconds("deleted_at"),
+        "nodepool_name",
+        "capacity_type",
+        "instance_type",
+        Cast("price_per_hour", FloatField()),
+    )
+    return [
+        Span(begin, finish, nodepool, capacity_type or "unknown", instance_type, price)
+        for begin, finish, nodepool, capacity_type, instance_type, price in rows
+    ]
+
+
+def sweep(
+    spans: Iterable[Span],
+    edges: tuple[datetime, ...],
+    now: datetime,
+    by: str,
+    group_of: Callable[[Span], str],
+    rate_of: Callable[[Span], float],
+) -> Series:
+    """Average ``rate_of(span)`` per hour of each group in each bucket, time-weighted.
+
+    Each span adds its rate where it starts and takes it away where it ends; a bucket it
+    covers whole gets the running rate, the buckets where it starts and ends get their
+    share. Events are placed by bucket index, so nothing is sorted."""
+    seconds = [edge.timestamp() for edge in edges]
+    first, last, count = seconds[0], seconds[-1], len(seconds) - 1
+    step = seconds[1] - seconds[0]
+    until = min(last, now.timestamp())
+    partial: dict[str, list[float]] = {}  # $·s/h inside the buckets where spans start or end
+    change: dict[str, list[float]] = {}  # $/h that starts running whole from that bucket on
+
+    for span in spans:
+        begin, finish = max(span.start, first), min(span.until(until), last)
+        rate = rate_of(span)
+        if finish <= begin or not rate:
+            continue
+        group = group_of(span)
+        if group not in partial:
+            partial[group], change[group] = [0.0] * count, [0.0] * (count + 1)
+        i = min(int((begin - first) // step), count - 1)
+        j = max(i, min(math.ceil((finish - first) / step) - 1, count - 1))
+        if i == j:
+            partial[group][i] += rate * (finish - begin)
+            continue
+        partial[group][i] += rate * (seconds[i + 1] - begin)
+        partial[group][j] += rate * (finish - seconds[j])
+        change[group][i + 1] += rate
+        change[group][j] -= rate
+
+    values: dict[str, tuple[float, ...]] = {}
+    for group in sorted(partial):
+        running, averages = 0.0, []
+        for k in range(count):
+            running += change[group][k]
+            length = seconds[k + 1] - seconds[k]
+            average = (partial[group][k] + running * length) / length
+            averages.append(round(average, 9) + 0.0)  # rounding drops float residue; + 0.0 drops -0.0
+        values[group] = tuple(averages)
+    return Series(by=by, edges=edges, values=values)
+
+
+_GROUP_OF: dict[str, Callable[[Span], str]] = {
+    BY_NODEPOOL: lambda span: span.nodepool,
+    BY_CAPACITY_TYPE: lambda span: span.capacity_type,
+}
+
+
+def _price(span: Span) -> float:
+    return span.price_per_hour
+
+
+def _saved(span: Span, on_demand: Mapping[str, float]) -> float:
+    """What a spot claim saves per hour against the same type on-demand (nothing when the
+    catalog does not know the type)."""
+    if span.capacity_type != SPOT:
+        return 0.0
+    return max(0.0, on_demand.get(span.instance_type, span.price_per_hour) - span.price_per_hour)
