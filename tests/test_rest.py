@@ -8,6 +8,7 @@ import io
 
 import pytest
 import yaml
+from builders import nodepool, requirement
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from rest_framework.authtoken.models import Token
@@ -331,3 +332,98 @@ def test_every_list_renders_as_yaml_too(viewer):
 def test_unknown_api_paths_get_a_status(viewer):
     response = viewer.get("/api/v1/pods/not-a-key/")
     assert response.status_code == 404 and response.json()["kind"] == "Status"
+
+
+# ------------------------------------------------------------------ what-if and spend
+
+WORKLOAD = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: app
+        resources: {requests: {cpu: "1", memory: 2Gi}}
+"""
+
+
+# The seed's NodePool names instance families that do not exist; this one launches.
+GENERAL = nodepool(
+    requirement("karpenter.sh/capacity-type", "on-demand"),
+    requirement("karpenter.k8s.aws/instance-category", "c", "m", "r"),
+)
+
+
+def test_simulate_answers_what_manage_py_simulate_prints(viewer, tmp_path, seed_ec2nodeclass):
+    import json
+
+    text = yaml.safe_dump_all([seed_ec2nodeclass, GENERAL]) + "---" + WORKLOAD
+    response = viewer.post("/api/v1/simulate/?policies=input", text.encode(), content_type="application/yaml")
+    assert response.status_code == 200, response.content  # a viewer may plan: nothing is written
+    path = tmp_path / "input.yaml"
+    path.write_text(text)
+    out = io.StringIO()
+    call_command("simulate", "-f", str(path), "--format", "json", stdout=out)
+    expected, got = json.loads(out.getvalue()), response.json()
+    for plan in (expected, got):
+        plan["stats"].pop("solveSeconds")
+    assert got == expected
+    assert got["nodeClaims"] and got["totalPricePerHour"] > 0
+
+
+def test_simulate_plans_with_the_policies_in_force(editor, viewer):
+    create(editor, GENERAL)
+    response = viewer.post("/api/v1/simulate/", WORKLOAD.encode(), content_type="application/yaml")
+    assert response.status_code == 200
+    assert {c["nodePool"] for c in response.json()["nodeClaims"]} == {"general"}
+    assert not NodePool.objects.exclude(name="general").exists()
+
+
+def test_simulate_rejects_invalid_input_with_a_status(viewer):
+    bad = WORKLOAD.replace("replicas: 6", "replicas: -1")
+    response = viewer.post("/api/v1/simulate/?policies=input", bad.encode(), content_type="application/yaml")
+    assert response.status_code == 422 and "replicas" in response.json()["message"]
+    assert (
+        viewer.post("/api/v1/simulate/?policies=some", WORKLOAD.encode(), content_type="application/yaml").status_code
+        == 400
+    )
+
+
+def test_spend_series_by_capacity_type(viewer):
+    from datetime import timedelta
+
+    from builders import nodeclaim
+    from django.utils import timezone
+
+    now = timezone.now().replace(microsecond=0)
+    nodeclaim("a", 0.10, launched_at=now - timedelta(hours=3), capacity_type="spot")
+    nodeclaim("b", 0.40, launched_at=now - timedelta(hours=3), deleted_at=now - timedelta(hours=1))
+    start, end = (now - timedelta(hours=2)).isoformat(), now.isoformat()
+    response = viewer.get("/api/v1/spend/", {"from": start, "to": end, "step": "1h", "by": "capacity_type"})
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["groups"] == ["on-demand", "spot"] and body["stepSeconds"] == 3600
+    first, second = body["buckets"]
+    assert first["pricePerHour"] == {"on-demand": 0.4, "spot": 0.1}
+    assert second["pricePerHour"] == {"on-demand": 0.0, "spot": 0.1}
+    assert body["cost"] == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        ({"step": "0m"}, "step"),
+        ({"step": "fortnight"}, "step"),
+        ({"from": "yesterday"}, "from"),
+        ({"by": "zone"}, "query"),
+    ],
+)
+def test_spend_rejects_bad_queries_naming_the_parameter(viewer, query, field):
+    response = viewer.get("/api/v1/spend/", query)
+    assert response.status_code == 400
+    assert response.json()["details"]["causes"][0]["field"] == field

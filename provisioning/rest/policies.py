@@ -49,7 +49,7 @@ def _etag(obj: CustomResource) -> str:
     return f'"{obj.resource_version}"'
 
 
-def _warning_header(warnings: list[str]) -> dict[str, str]:
+def warning_header(warnings: list[str]) -> dict[str, str]:
     """RFC 7234 warn-code 299 with a quoted text, one per warning, comma-joined."""
     if not warnings:
         return {}
@@ -96,7 +96,7 @@ def _conflict(exc: policy.Conflict) -> Response:
 
 
 def _applied(applied: policy.Applied, created: bool) -> Response:
-    headers = _warning_header(applied.warnings)
+    headers = warning_header(applied.warnings)
     if applied.obj is not None and not applied.dry_run:
         headers["ETag"] = _etag(applied.obj)
     return Response(
@@ -222,7 +222,7 @@ class PolicyDetail(_PolicyView):
             if expected is not None and expected != str(obj.resource_version):
                 return _conflict(policy.Conflict(obj, f"{self.kind} {name!r} has been modified"))
             body = errors.status_body(200, f"{self.kind} {name!r} would be deleted")
-            return Response(body, headers=_warning_header(warnings))
+            return Response(body, headers=warning_header(warnings))
         try:
             policy.delete_resource(
                 self.kind,
@@ -236,7 +236,7 @@ class PolicyDetail(_PolicyView):
         except policy.Conflict as exc:
             return _conflict(exc)
         body = errors.status_body(200, f"{self.kind} {name!r} deleted", kind=self.kind, name=name)
-        return Response(body, headers=_warning_header(warnings))
+        return Response(body, headers=warning_header(warnings))
 
 
 def views_for(kind: str, plural: str) -> tuple[type[PolicyList], type[PolicyDetail]]:

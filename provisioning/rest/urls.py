@@ -3,7 +3,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
-from provisioning.rest import catalog, cluster, errors, policies
+from provisioning.rest import catalog, cluster, errors, plans, policies
 
 router = SimpleRouter()
 router.register("pods", cluster.PodViewSet, basename="pod")
@@ -17,6 +17,8 @@ v1 = [
     path("nodepools/<str:name>/", policies.NodePoolDetail.as_view(), name="nodepool-detail"),
     path("ec2nodeclasses/", policies.EC2NodeClassList.as_view(), name="ec2nodeclass-list"),
     path("ec2nodeclasses/<str:name>/", policies.EC2NodeClassDetail.as_view(), name="ec2nodeclass-detail"),
+    path("simulate/", plans.Simulate.as_view(), name="simulate"),
+    path("spend/", plans.Spend.as_view(), name="spend"),
     path("catalog/instancetypes/", catalog.InstanceTypes.as_view(), name="instancetype-list"),
     path("", include(router.urls)),
     re_path(r"^.*$", errors.not_found),  # an unknown API path gets a Status, not an HTML page

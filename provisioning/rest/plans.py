@@ -1,0 +1,124 @@
+"""``simulate/`` (what-if plans) and ``spend/`` (cost over time): the services behind the
+dashboard's What-if and Spend pages, for automation."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from provisioning.rest import errors
+from provisioning.rest.policies import warning_header
+from provisioning.rest.schema import ERRORS, STATUS
+from provisioning.services import spend, whatif
+from provisioning.services.catalog import load_catalog
+from provisioning.services.simulate import SimulateError, plan_documents, plan_to_json
+
+_DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class Simulate(APIView):
+    post_is_read = True  # plans without writing: a viewer may ask
+
+    @extend_schema(
+        summary="What-if plan",
+        description="Manifests of the kinds `manage.py simulate` reads (NodePool, EC2NodeClass, Pod, Deployment, "
+        "StatefulSet, Job, DaemonSet, Node...) as a YAML stream, a JSON list or a `kind: List`. With "
+        "`policies=current` (the default) the NodePools and EC2NodeClasses in force are added, those of the input "
+        "replacing the ones of the same name; with `policies=input` only the input is planned, as "
+        "`manage.py simulate` does. The answer is `manage.py simulate --format json`'s; notes come in `Warning` "
+        "headers. Nothing is saved or launched.",
+        request=OpenApiTypes.OBJECT,
+        parameters=[OpenApiParameter("policies", str, enum=["current", "input"])],
+        responses={200: OpenApiTypes.OBJECT, 422: STATUS, **ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        documents = request.data if isinstance(request.data, list) else [request.data]
+        source = request.query_params.get("policies", "current")
+        if source not in ("current", "input"):
+            raise ValidationError({"policies": [f"{source!r} is not one of current, input"]})
+        try:
+            if source == "current":
+                result = whatif.plan_manifests(documents)
+                plan, notes = result.plan, result.notes
+            else:
+                snapshot, solved, notes = plan_documents(documents, catalog=load_catalog(), max_pods=whatif.MAX_PODS)
+                plan = plan_to_json(solved, snapshot)
+        except SimulateError as exc:
+            return Response(errors.status_body(422, str(exc)), status=422)
+        return Response(plan, headers=warning_header(notes))
+
+
+def _instant(request: Request, name: str, default: datetime) -> datetime:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    value = parse_datetime(raw)
+    if value is None:
+        raise ValidationError({name: [f"{raw!r} is not an ISO 8601 time such as 2026-11-29T12:00:00Z"]})
+    if timezone.is_naive(value):
+        raise ValidationError({name: [f"{raw!r} has no time zone; add Z or an offset such as +01:00"]})
+    return value
+
+
+def _step(request: Request) -> timedelta:
+    raw = request.query_params.get("step", "15m")
+    match = _DURATION.match(raw)
+    if not match or int(match.group(1)) == 0:
+        raise ValidationError({"step": [f"{raw!r} is not a duration such as 60s, 15m, 2h or 1d"]})
+    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+
+
+class Spend(APIView):
+    @extend_schema(
+        summary="Spend over time",
+        description="Average $/hour in buckets of `step` from `from` to `to` (default: the last 24 hours in "
+        "15-minute steps), by NodePool or by capacity type.",
+        parameters=[
+            OpenApiParameter("from", OpenApiTypes.DATETIME),
+            OpenApiParameter("to", OpenApiTypes.DATETIME),
+            OpenApiParameter("step", str, description="60s, 15m, 2h, 1d ..."),
+            OpenApiParameter("by", str, enum=list(spend.GROUPINGS)),
+        ],
+        responses={200: OpenApiTypes.OBJECT, **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        now = timezone.now()
+        end = _instant(request, "to", now)
+        start = _instant(request, "from", end - timedelta(hours=24))
+        step = _step(request)
+        by = request.query_params.get("by", spend.BY_NODEPOOL)
+        try:
+            series = spend.series(start, end, step, by, now=now)
+        except spend.SpendError as exc:
+            raise ValidationError({"query": [str(exc)]}) from None
+        return Response(_series_json(series, step))
+
+
+def _series_json(series: spend.Series, step: timedelta) -> dict[str, Any]:
+    return {
+        "from": series.edges[0].isoformat(),
+        "to": series.edges[-1].isoformat(),
+        "stepSeconds": int(step.total_seconds()),
+        "by": series.by,
+        "groups": list(series.groups),
+        "cost": round(series.cost(), 6),
+        "buckets": [
+            {
+                "start": series.edges[i].isoformat(),
+                "end": series.edges[i + 1].isoformat(),
+                "pricePerHour": {group: round(values[i], 6) for group, values in series.values.items()},
+            }
+            for i in range(series.buckets)
+        ],
+    }
