@@ -230,3 +230,14 @@ def _write(text: str) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         handle.write(text)
     return handle.name
+
+
+def test_a_create_never_replaces_an_object_of_the_same_name(seed_ec2nodeclass):
+    apply_manifest(seed_ec2nodeclass, source="ui", actor="alice", create_only=True)
+    other = copy.deepcopy(seed_ec2nodeclass)
+    other["spec"]["role"] = "OtherRole"
+    with pytest.raises(Conflict, match="'default' already exists") as excinfo:
+        apply_manifest(other, source="ui", actor="bob", create_only=True)
+    assert excinfo.value.current.spec["role"] == "KarpenterNodeRole-my-cluster"
+    assert EC2NodeClass.objects.get().spec["role"] == "KarpenterNodeRole-my-cluster"
+    assert AuditEntry.objects.count() == 1

@@ -88,9 +88,13 @@ def apply_manifest(
     actor: str = "",
     expected_version: str | int | None = None,
     dry_run: bool = False,
+    create_only: bool = False,
 ) -> Applied:
     """Create or update one resource from its manifest (server-side apply semantics:
-    the manifest's metadata labels, annotations and spec replace the stored ones)."""
+    the manifest's metadata labels, annotations and spec replace the stored ones).
+
+    ``create_only`` makes it a create, as a POST to the API server: an object of that name
+    already there is a Conflict, never replaced."""
     kind = crd.kind_of(document)
     current = None
     if kind is not None:
@@ -108,7 +112,7 @@ def apply_manifest(
         return Applied(preview, "created" if current is None else "updated", result.warnings, dry_run=True)
     try:
         with transaction.atomic():
-            applied = _save(kind.kind, defaulted, source, actor, expected_version, result.warnings)
+            applied = _save(kind.kind, defaulted, source, actor, expected_version, result.warnings, create_only)
             _export_later(kind.kind, applied.obj.name, source)
             return applied
     except IntegrityError:
@@ -123,10 +127,13 @@ def _save(
     actor: str,
     expected_version: str | int | None,
     warnings: list[str],
+    create_only: bool = False,
 ) -> Applied:
     model = RESOURCE_MODELS[kind]
     name = document["metadata"]["name"]
     current = model.objects.select_for_update().filter(name=name).first()
+    if create_only and current is not None:
+        raise Conflict(current, f"{kind} {name!r} already exists; edit it, or choose another name")
     if expected_version not in (None, "") and (
         current is None or str(current.resource_version) != str(expected_version)
     ):
