@@ -1,10 +1,22 @@
 from django.urls import path
 
-from provisioning.ui.views import overview, policies
+from provisioning.ui.views import overview, policies, policy_edit
 
 app_name = "provisioning"
 
 urlpatterns = [
     path("", overview.overview, name="overview"),
+    path("policies/", policies.policy_list, name="policy-list"),
+    path("policies/apply/", policy_edit.policy_apply, name="policy-apply"),
+    path("policies/new/<str:kind>/", policy_edit.policy_create, name="policy-create"),
+    path("policies/new/<str:kind>/validate/", policy_edit.policy_validate, name="policy-create-validate"),
     path("policies/<str:kind>/<str:name>/", policies.policy_detail, name="policy-detail"),
+    path("policies/<str:kind>/<str:name>/edit/", policy_edit.policy_edit, name="policy-edit"),
+    path("policies/<str:kind>/<str:name>/validate/", policy_edit.policy_validate, name="policy-validate"),
+    path("policies/<str:kind>/<str:name>/delete/", policies.policy_delete, name="policy-delete"),
+    path(
+        "policies/<str:kind>/<str:name>/history/<int:entry_id>/revert/",
+        policy_edit.policy_revert,
+        name="policy-revert",
+    ),
 ]
