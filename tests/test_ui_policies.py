@@ -232,6 +232,14 @@ def test_an_editor_changes_a_nodepool_with_the_form_review_then_confirm(editor, 
     assert "Review: change NodePool" in text(review) and 'class="add"' in text(review)
     assert NodePool.objects.get().resource_version == 1  # nothing saved before the confirmation
 
+    # "Change it in the YAML editor" carries the reviewed manifest there.
+    change = review.context["change"]
+    in_yaml = editor.post(
+        change["url"],
+        {**{f.html_name: f.value() for f in change["state"]}, "manifest": change["manifest"]["manifest"].value()},
+    )
+    assert in_yaml.context["editor"].name == "yaml" and "weight: 20" in text(in_yaml)
+
     confirm = {f.html_name: f.value() for f in review.context["confirm"]}
     saved = editor.post("/policies/apply/", confirm)
     assert saved.status_code == 302 and saved["Location"] == "/policies/NodePool/general/"
@@ -296,7 +304,7 @@ def test_an_invalid_requirement_shows_the_validators_message_at_its_row(editor, 
     assert expected in at_row
     for other in range(4):  # the valid rows stay clean
         assert error_slot(html, f"errors-requirements-{other}") == ""
-    assert "Not valid yet" in html
+    assert "Not valid yet: each problem is shown at its field" in html
     assert NodePool.objects.get().resource_version == 1
 
 
