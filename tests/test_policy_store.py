@@ -230,3 +230,39 @@ def _write(text: str) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         handle.write(text)
     return handle.name
+
+
+def test_a_create_never_replaces_an_object_of_the_same_name(seed_ec2nodeclass):
+    apply_manifest(seed_ec2nodeclass, source="ui", actor="alice", create_only=True)
+    other = copy.deepcopy(seed_ec2nodeclass)
+    other["spec"]["role"] = "OtherRole"
+    with pytest.raises(Conflict, match="'default' already exists") as excinfo:
+        apply_manifest(other, source="ui", actor="bob", create_only=True)
+    assert excinfo.value.current.spec["role"] == "KarpenterNodeRole-my-cluster"
+    assert EC2NodeClass.objects.get().spec["role"] == "KarpenterNodeRole-my-cluster"
+    assert AuditEntry.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "path, line",
+    [
+        ("spec.template.spec.requirements[3].operator", 19),
+        ("spec.limits[memory]", 27),
+        ("spec.template.spec.requirements[3]", 18),
+        ("spec.disruption.budgets[0]", 28),  # not written: its nearest written parent
+        ("spec.weight", 5),
+        ("metadata.labels['a b']", 3),
+        ("", 1),
+    ],
+)
+def test_a_field_path_is_found_on_its_line(path, line):
+    from provisioning.crd.manifest import line_of
+
+    assert line_of((SEED / "nodepool.yaml").read_text(), path) == line
+
+
+def test_a_field_path_in_text_that_is_not_yaml_has_no_line():
+    from provisioning.crd.manifest import line_of
+
+    assert line_of("a: [", "a") is None
+    assert line_of("", "a") is None

@@ -8,7 +8,9 @@ aliases (a "billion laughs" document expands to nothing here).
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from typing import Any
 
 import yaml
@@ -116,6 +118,42 @@ def check_shape(value: Any, source: str) -> None:
             stack.extend((item, depth + 1) for item in node)
         elif not (node is None or isinstance(node, str | int | float | bool)):
             raise ManifestError(f"unsupported value of type {type(node).__name__}", source)
+
+
+# One step of a field path: ``.name``, ``[3]``, ``[nvidia.com/gpu]`` or ``['odd key']``.
+_PATH_STEP = re.compile(r"\.?([^.\[\]]+)|\[('(?:[^'\\]|\\.)*'|[^\]]*)\]")
+
+
+def line_of(text: str, path: str) -> int | None:
+    """The line of ``text`` (one YAML or JSON document) where the field ``path`` of a
+    validation error is written or, for a field that is not, where its nearest written
+    parent is; None when the text cannot be composed."""
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.YAMLError:
+        return None
+    if node is None:
+        return None
+    line = node.start_mark.line + 1
+    for match in _PATH_STEP.finditer(path):
+        step = match.group(1) if match.group(1) is not None else match.group(2)
+        if step.startswith("'"):
+            step = ast.literal_eval(step)
+        found = _child(node, step)
+        if found is None:
+            break
+        # A field's line is its key's: a mapping value starts on the line after it.
+        line, node = found[0].start_mark.line + 1, found[1]
+    return line
+
+
+def _child(node: yaml.Node, step: str) -> tuple[yaml.Node, yaml.Node] | None:
+    """(where the step is written, its value) in ``node``."""
+    if isinstance(node, yaml.MappingNode):
+        return next(((key, value) for key, value in node.value if key.value == step), None)
+    if isinstance(node, yaml.SequenceNode) and step.isdigit() and int(step) < len(node.value):
+        return node.value[int(step)], node.value[int(step)]
+    return None
 
 
 def dump_yaml(documents: list[dict[str, Any]]) -> str:

@@ -96,8 +96,9 @@ def apply_manifest(
 ) -> Applied:
     """Create or update one resource from its manifest (server-side apply semantics:
     the manifest's metadata labels, annotations and spec replace the stored ones).
-    ``create_only`` refuses to touch an existing object (a POST), even one created
-    concurrently."""
+
+    ``create_only`` makes it a create, as a POST to the API server: an object of that name
+    already there is a Conflict, never replaced."""
     kind = crd.kind_of(document)
     current = None
     if kind is not None:
@@ -111,7 +112,7 @@ def apply_manifest(
     assert kind is not None
     defaulted = crd.default(document)
     if create_only and current is not None:
-        raise AlreadyExists(current, f"{kind.kind} {current.name!r} already exists")
+        raise AlreadyExists(current, f"{kind.kind} {current.name!r} already exists; edit it, or choose another name")
     if dry_run:
         preview = _build(kind.kind, defaulted, current)
         return Applied(preview, "created" if current is None else "updated", result.warnings, dry_run=True)
@@ -139,7 +140,7 @@ def _save(
     name = document["metadata"]["name"]
     current = model.objects.select_for_update().filter(name=name).first()
     if create_only and current is not None:
-        raise AlreadyExists(current, f"{kind} {name!r} already exists")
+        raise AlreadyExists(current, f"{kind} {name!r} already exists; edit it, or choose another name")
     if expected_version not in (None, "") and (
         current is None or str(current.resource_version) != str(expected_version)
     ):

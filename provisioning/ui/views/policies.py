@@ -1,31 +1,129 @@
-"""Policies: NodePools and EC2NodeClasses."""
+"""Policies: the list of NodePools and EC2NodeClasses, one policy with its history, and
+deleting one. Changing them is in ``policy_edit``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
 
 from provisioning.crd.manifest import dump_yaml
-from provisioning.models import RESOURCE_MODELS, AuditEntry
-from provisioning.services.policy import validate_manifest
-from provisioning.ui.access import VIEWER, role_required
+from provisioning.models import RESOURCE_MODELS, AuditEntry, ClusterNode, EC2NodeClass, NodePool
+from provisioning.services.policy import Conflict, NotFound, delete_resource, deletion_warnings, validate_manifest
+from provisioning.ui import starters
+from provisioning.ui.access import EDITOR, VIEWER, role_required
+from provisioning.ui.forms import DeleteForm
+
+
+@dataclass
+class NodePoolRow:
+    pool: NodePool
+    nodeclass: EC2NodeClass | None
+    nodes: int
+
+    @property
+    def limits(self) -> str:
+        return ", ".join(f"{key} {value}" for key, value in (self.pool.spec.get("limits") or {}).items())
+
+    @property
+    def readiness(self) -> tuple[bool | None, str]:
+        """Ready as upstream decides it: its own Ready condition when the cluster reported
+        one, else whether its EC2NodeClass exists and is Ready. None: not known yet."""
+        own = _ready_condition(self.pool.status)
+        if own is not None:
+            return own.get("status") == "True", own.get("message", "")
+        if self.nodeclass is None:
+            return False, f"EC2NodeClass {self.pool.node_class_name!r} not found"
+        ready = self.nodeclass.ready_condition
+        if ready is None:
+            return None, "EC2NodeClass not resolved yet"
+        if ready.get("status") != "True":
+            return False, f"EC2NodeClass not ready: {ready.get('message', '')}"
+        return True, ""
+
+
+def _ready_condition(status: dict[str, Any]) -> dict[str, Any] | None:
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == "Ready":
+            return condition
+    return None
+
+
+@role_required(VIEWER)
+def policy_list(request: HttpRequest) -> HttpResponse:
+    nodeclasses = list(EC2NodeClass.objects.all())
+    by_name = {nc.name: nc for nc in nodeclasses}
+    # One aggregate for every NodePool, so the page costs the same with 3 pools or 300.
+    nodes = dict(
+        ClusterNode.objects.exclude(nodepool="")
+        .order_by()
+        .values("nodepool")
+        .annotate(n=Count("id"))
+        .values_list("nodepool", "n")
+    )
+    rows = [
+        NodePoolRow(pool, by_name.get(pool.node_class_name), nodes.get(pool.name, 0)) for pool in NodePool.objects.all()
+    ]
+    context = {
+        "nodepool_rows": rows,
+        "nodeclasses": nodeclasses,
+        "starters": {kind: starters.starters_for(kind) for kind in RESOURCE_MODELS},
+    }
+    return render(request, "provisioning/policies/list.html", context)
 
 
 @role_required(VIEWER)
 def policy_detail(request: HttpRequest, kind: str, name: str) -> HttpResponse:
+    """One policy as YAML with its history; a deleted one still shows its history, so it
+    can be restored."""
     model = RESOURCE_MODELS.get(kind)
     if model is None:
         raise Http404("unknown kind")
     obj = model.objects.filter(name=name).first()
-    if obj is None:
+    history = list(AuditEntry.objects.filter(kind=kind, name=name).defer("before", "after")[:50])
+    if obj is None and not history:
         raise Http404(f"{kind} {name} not found")
-    manifest = obj.to_manifest()
-    result = validate_manifest(obj.to_manifest(server_fields=False))
+    context = {"obj": obj, "kind": kind, "name": name, "history": history, "warnings": []}
+    if obj is not None:
+        context["yaml"] = dump_yaml([obj.to_manifest()])
+        context["warnings"] = validate_manifest(obj.to_manifest(server_fields=False)).warnings
+    return render(request, "provisioning/policies/detail.html", context)
+
+
+@role_required(EDITOR)
+def policy_delete(request: HttpRequest, kind: str, name: str) -> HttpResponse:
+    model = RESOURCE_MODELS.get(kind)
+    if model is None:
+        raise Http404("unknown kind")
+    obj = get_object_or_404(model, name=name)
+    form = DeleteForm(request.POST or None, initial={"expected_version": obj.resource_version})
     context = {
         "obj": obj,
         "kind": kind,
-        "yaml": dump_yaml([manifest]),
-        "warnings": result.warnings,
-        "history": AuditEntry.objects.filter(kind=kind, name=name)[:50],
+        "form": form,
+        "yaml": dump_yaml([obj.to_manifest()]),
+        "warnings": deletion_warnings(kind, name),
     }
-    return render(request, "provisioning/policy_detail.html", context)
+    if request.method != "POST" or not form.is_valid():
+        return render(request, "provisioning/policies/delete.html", context)
+    try:
+        delete_resource(
+            kind,
+            name,
+            source=AuditEntry.Source.UI,
+            actor=request.user.get_username(),
+            expected_version=form.cleaned_data["expected_version"],
+        )
+    except Conflict as exc:
+        # Show the new version: deleting it is a new decision, made on what is there now.
+        context.update(conflict=str(exc), form=DeleteForm(initial={"expected_version": obj.resource_version}))
+        return render(request, "provisioning/policies/delete.html", context, status=409)
+    except NotFound:
+        messages.info(request, f"{kind} {name} was already deleted.")
+        return redirect("provisioning:policy-list")
+    messages.success(request, f"{kind} {name} deleted.")
+    return redirect("provisioning:policy-list")
