@@ -1,6 +1,8 @@
 """The dashboard in a real headless Chromium (Debian's package, driven by Playwright) against
-a live server: log in, watch a pending pod get a node, open its decision. A screenshot of
-every page lands in var/test-artifacts/screenshots/ (ignored by git)."""
+a live server: log in, watch a pending pod get a node, open its decision and the spend
+chart; edit a NodePool with an invalid requirement, see the error at its row, fix and save;
+plan a what-if. A screenshot of every page lands in var/test-artifacts/screenshots/
+(ignored by git)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from builders import deployment, nodepool, requirement
 from django.contrib.auth.models import Group, User
 
 from provisioning.cluster import simulated
-from provisioning.models import ClusterPod, Decision, NodeClaim
+from provisioning.models import AuditEntry, ClusterPod, Decision, NodeClaim, NodePool
 from provisioning.services import catalog as catalog_service
 from provisioning.services import cloud as cloud_service
 from provisioning.services import connections, provision
@@ -72,7 +75,7 @@ def shot(page, name: str) -> None:
 
 def log_in(page, username: str, role: str) -> None:
     user = User.objects.create_user(username, password="a-long-test-password")
-    user.groups.add(Group.objects.get(name=role))
+    user.groups.add(Group.objects.get_or_create(name=role)[0])  # a flushed database has no groups
     page.goto(page.base + "/")
     assert "/accounts/login/" in page.url
     shot(page, "login")
@@ -153,3 +156,65 @@ def test_log_in_watch_a_pending_pod_get_a_node_and_open_its_decision(page, simul
     assert ClusterPod.objects.get().key in section.inner_text()
     shot(page, "decision")
     assert Decision.objects.count() == 1
+
+    page.click("nav >> text=Spend")
+    page.click("#spend-range nav >> text=1 h")  # htmx swaps the range in place
+    page.wait_for_url("**/spend/?range=1h")
+    chart = page.locator("#spend-range svg").first
+    chart.wait_for()
+    assert "general" in chart.inner_html()  # the NodePool's series and legend
+    assert claim.instance_type  # launched, so it costs: the figure is not zero
+    assert "$0.0000" not in page.locator("#spend-range .figures").inner_text().split("/hour now")[0]
+    shot(page, "spend")
+
+
+def test_edit_a_nodepool_see_the_error_at_its_row_fix_and_save(page, seed_ec2nodeclass):
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    apply_manifest(
+        nodepool(
+            requirement("karpenter.sh/capacity-type", "on-demand"),
+            requirement("karpenter.k8s.aws/instance-category", "c", "m"),
+        ),
+        source="cli",
+    )
+    log_in(page, "eddie", "editor")
+    page.click("nav >> text=Policies")
+    shot(page, "policies")
+    page.click("a[href='/policies/NodePool/general/']")
+    page.click("a.button:text-is('Edit')")
+    page.wait_for_url("**/policies/NodePool/general/edit/")
+    # An operator that takes one integer, with two values: the validator objects, live.
+    page.select_option("#id_requirements-1-operator", "Gt")
+    row_errors = page.locator("#errors-requirements-1, #errors-id_requirements-1-values, #errors-id_requirements-1-key")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.rows-requirements .field-errors')].some(e => e.textContent.trim())"
+    )
+    assert "integer" in " ".join(row_errors.all_inner_texts())
+    assert "Not valid yet" in page.locator("#validation").inner_text()
+    shot(page, "policy-edit-invalid")
+
+    page.select_option("#id_requirements-1-operator", "In")
+    page.fill("#id_weight", "42")
+    page.locator("#validation .verdict.ok").wait_for()
+    page.click("button[name=review]")
+    assert "weight: 42" in page.locator("body").inner_text()
+    shot(page, "policy-review")
+    page.click("button:has-text('Save NodePool')")
+    page.wait_for_url("**/policies/NodePool/general/")
+    assert NodePool.objects.get(name="general").weight == 42
+    assert AuditEntry.objects.filter(name="general", actor="eddie", source="ui").exists()
+    shot(page, "policy-detail")
+
+
+def test_plan_a_what_if(page, seed_ec2nodeclass):
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    apply_manifest(nodepool(requirement("karpenter.k8s.aws/instance-category", "c", "m")), source="cli")
+    log_in(page, "wanda", "viewer")
+    page.click("nav >> text=What-if")
+    page.fill("#whatif-manifests", yaml.safe_dump(deployment("api", 5, cpu="2", memory="4Gi")))
+    page.click("button:has-text('Plan')")
+    result = page.locator("#whatif-result")
+    result.locator("table").first.wait_for()
+    assert "general" in result.inner_text() and "$" in result.inner_text()
+    shot(page, "whatif")
+    assert not NodeClaim.objects.exists()  # a what-if writes nothing
