@@ -8,7 +8,7 @@ Seeds a database of its own (``karpweb_bench`` on the PostgreSQL of DATABASE_URL
 postgres://postgres@127.0.0.1:5432) with 10,000 pods (9,000 bound, 1,000 pending, a tenth of
 those unschedulable), 1,000 live nodes and their NodeClaims, 9,000 NodeClaims of the past 30
 days, 100,000 decisions and 2,000 disruptions; then renders each page ``--rounds`` times
-through Django's test client as a signed-in viewer (the whole Django stack: middleware,
+through Django's test client as a signed-in editor (the whole Django stack: middleware,
 session, templates; no network) and prints p50 and p95 per page. Target: p95 under 150 ms.
 """
 
@@ -53,7 +53,6 @@ def ensure_database(url: str) -> None:
 
 
 def seed(pods: int, nodes: int, decisions: int, history: int, disruptions: int) -> None:
-    from django.contrib.auth.models import Group, User
     from django.db import connection, transaction
     from django.utils import timezone
     from uipages import pod_manifest
@@ -190,8 +189,6 @@ def seed(pods: int, nodes: int, decisions: int, history: int, disruptions: int) 
             ),
             batch_size=2000,
         )
-        user, _ = User.objects.get_or_create(username="bench-viewer")
-        user.groups.add(Group.objects.get(name="viewer"))
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     print(f"seeded in {time.perf_counter() - started:.1f} s")
@@ -216,16 +213,26 @@ def pages() -> list[tuple[str, str, dict]]:
         ("nodes, spot of one NodePool", "/nodes/?nodepool=general&capacity_type=spot", {}),
         ("node", f"/nodes/{claim.name}/", {}),
         ("disruptions", "/disruptions/", {}),
+        ("spend, 24 h", "/spend/", {}),
+        ("spend, 30 d", "/spend/?range=30d", {}),
+        ("spend, 30 d CSV", "/spend/?range=30d&format=csv", {}),
+        ("policies", "/policies/", {}),
+        ("policy", "/policies/NodePool/general/", {}),
+        ("policy edit form", "/policies/NodePool/general/edit/", {}),
+        ("what-if form", "/whatif/", {}),
     ]
     return out
 
 
 def measure(rounds: int) -> list[tuple[str, float, float]]:
-    from django.contrib.auth.models import User
+    from django.contrib.auth.models import Group, User
     from django.test import Client
 
+    # An editor: it reads every page a viewer reads, and the policy editor too.
+    user, _ = User.objects.get_or_create(username="bench-editor")
+    user.groups.add(Group.objects.get(name="editor"))
     client = Client()
-    client.force_login(User.objects.get(username="bench-viewer"))
+    client.force_login(user)
     results = []
     for name, path, headers in pages():
         response = client.get(path, headers=headers)  # warm caches the way a running server has them

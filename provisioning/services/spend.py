@@ -18,7 +18,7 @@ more claims than a short range, is summed by the database.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -210,13 +210,23 @@ def report(range_name: str = DEFAULT_RANGE, *, now: datetime | None = None) -> R
     def saved(span: Span) -> float:
         return _saved(span, on_demand)
 
+    by_nodepool, by_capacity_type, savings = sweep_all(
+        spans,
+        edges,
+        now,
+        [
+            (BY_NODEPOOL, _GROUP_OF[BY_NODEPOOL], _price),
+            (BY_CAPACITY_TYPE, _GROUP_OF[BY_CAPACITY_TYPE], _price),
+            (BY_SPOT_SAVINGS, lambda span: SPOT_SAVINGS, saved),
+        ],
+    )
     return Report(
         range=RANGES[range_name],
         start=start,
         end=end,
-        by_nodepool=sweep(spans, edges, now, BY_NODEPOOL, _GROUP_OF[BY_NODEPOOL], _price),
-        by_capacity_type=sweep(spans, edges, now, BY_CAPACITY_TYPE, _GROUP_OF[BY_CAPACITY_TYPE], _price),
-        savings=sweep(spans, edges, now, BY_SPOT_SAVINGS, lambda span: SPOT_SAVINGS, saved),
+        by_nodepool=by_nodepool,
+        by_capacity_type=by_capacity_type,
+        savings=savings,
         savings_per_hour_now=sum(saved(s) for s in spans if s.end is None),
         month=month_so_far(now),
         ever_ran=bool(spans) or _started().exists(),
@@ -306,46 +316,71 @@ def sweep(
     group_of: Callable[[Span], str],
     rate_of: Callable[[Span], float],
 ) -> Series:
-    """Average ``rate_of(span)`` per hour of each group in each bucket, time-weighted.
+    """Average ``rate_of(span)`` per hour of each group in each bucket, time-weighted."""
+    return sweep_all(spans, edges, now, [(by, group_of, rate_of)])[0]
+
+
+def sweep_all(
+    spans: Iterable[Span],
+    edges: tuple[datetime, ...],
+    now: datetime,
+    series: Sequence[tuple[str, Callable[[Span], str], Callable[[Span], float]]],
+) -> list[Series]:
+    """Several series ``(by, group_of, rate_of)`` over the same buckets in one pass.
 
     Each span adds its rate where it starts and takes it away where it ends; a bucket it
     covers whole gets the running rate, the buckets where it starts and ends get their
-    share. Events are placed by bucket index, so nothing is sorted."""
+    share. Events are placed by bucket index, so nothing is sorted, and where a span falls
+    is worked out once for every series."""
     seconds = [edge.timestamp() for edge in edges]
     first, last, count = seconds[0], seconds[-1], len(seconds) - 1
     step = seconds[1] - seconds[0]
     until = min(last, now.timestamp())
-    partial: dict[str, list[float]] = {}  # $·s/h inside the buckets where spans start or end
-    change: dict[str, list[float]] = {}  # $/h that starts running whole from that bucket on
+    # Per series and group: $·s/h inside the buckets where spans start or end, and the $/h
+    # that starts running whole from a bucket on.
+    partials: list[dict[str, list[float]]] = [{} for _ in series]
+    changes: list[dict[str, list[float]]] = [{} for _ in series]
 
     for span in spans:
         begin, finish = max(span.start, first), min(span.until(until), last)
-        rate = rate_of(span)
-        if finish <= begin or not rate:
+        if finish <= begin:
             continue
-        group = group_of(span)
-        if group not in partial:
-            partial[group], change[group] = [0.0] * count, [0.0] * (count + 1)
         i = min(int((begin - first) // step), count - 1)
         j = max(i, min(math.ceil((finish - first) / step) - 1, count - 1))
-        if i == j:
-            partial[group][i] += rate * (finish - begin)
-            continue
-        partial[group][i] += rate * (seconds[i + 1] - begin)
-        partial[group][j] += rate * (finish - seconds[j])
-        change[group][i + 1] += rate
-        change[group][j] -= rate
+        for (_, group_of, rate_of), partial, change in zip(series, partials, changes, strict=True):
+            rate = rate_of(span)
+            if not rate:
+                continue
+            group = group_of(span)
+            if group not in partial:
+                partial[group], change[group] = [0.0] * count, [0.0] * (count + 1)
+            if i == j:
+                partial[group][i] += rate * (finish - begin)
+                continue
+            partial[group][i] += rate * (seconds[i + 1] - begin)
+            partial[group][j] += rate * (finish - seconds[j])
+            change[group][i + 1] += rate
+            change[group][j] -= rate
 
+    return [
+        Series(by=by, edges=edges, values=_averages(partial, change, seconds))
+        for (by, _, _), partial, change in zip(series, partials, changes, strict=True)
+    ]
+
+
+def _averages(
+    partial: dict[str, list[float]], change: dict[str, list[float]], seconds: list[float]
+) -> dict[str, tuple[float, ...]]:
     values: dict[str, tuple[float, ...]] = {}
     for group in sorted(partial):
         running, averages = 0.0, []
-        for k in range(count):
+        for k in range(len(seconds) - 1):
             running += change[group][k]
             length = seconds[k + 1] - seconds[k]
             average = (partial[group][k] + running * length) / length
             averages.append(round(average, 9) + 0.0)  # rounding drops float residue; + 0.0 drops -0.0
         values[group] = tuple(averages)
-    return Series(by=by, edges=edges, values=values)
+    return values
 
 
 _GROUP_OF: dict[str, Callable[[Span], str]] = {
