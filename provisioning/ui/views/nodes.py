@@ -10,6 +10,7 @@ from provisioning.models import ClusterNode, NodeClaim, NodePool
 from provisioning.services import inventory
 from provisioning.ui.access import VIEWER, role_required
 from provisioning.ui.describe import describe_pod
+from provisioning.ui.htmx import wants_partial
 from provisioning.ui.pages import paginate, query_without_page
 
 
@@ -32,7 +33,7 @@ def node_list(request: HttpRequest) -> HttpResponse:
         "query": query_without_page(request),
         "disruptions": inventory.disruptions()[:20],
     }
-    if request.htmx:
+    if wants_partial(request):
         return render(request, "provisioning/nodes/list.html#node-table", context)
     return render(request, "provisioning/nodes/list.html", context)
 

@@ -8,6 +8,7 @@ from django.shortcuts import render
 from provisioning.models import AuditEntry, EC2NodeClass, NodePool
 from provisioning.services import clusterview
 from provisioning.ui.access import VIEWER, role_required
+from provisioning.ui.htmx import wants_partial
 
 
 @role_required(VIEWER)
@@ -22,6 +23,6 @@ def overview(request: HttpRequest) -> HttpResponse:
         "recent_changes": AuditEntry.objects.all()[:10],
         "cluster": clusterview.summary(),
     }
-    if request.htmx:  # the live part polls itself
+    if wants_partial(request):  # the live part polls itself
         return render(request, "provisioning/overview.html#cluster-now", context)
     return render(request, "provisioning/overview.html", context)

@@ -9,6 +9,7 @@ from provisioning.models import NodePool
 from provisioning.services import inventory
 from provisioning.ui.access import VIEWER, role_required
 from provisioning.ui.describe import describe_pod
+from provisioning.ui.htmx import wants_partial
 from provisioning.ui.pages import paginate, query_without_page
 
 # htmx stops polling an element when its response has this status: an idle list goes quiet.
@@ -31,7 +32,7 @@ def pending(request: HttpRequest) -> HttpResponse:
         "query": query_without_page(request),
         "live": page.paginator.count > 0,
     }
-    if request.htmx:
+    if wants_partial(request):
         response = render(request, "provisioning/pods/pending.html#pending-list", context)
         if not context["live"]:
             response.status_code = STOP_POLLING
