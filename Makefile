@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds bench-webhook bench-catalog bench-solver bench-pipeline bench-ui clean
+.PHONY: setup run test test-fast lint crds bench-webhook bench-catalog bench-solver bench-pipeline bench-ui fuzz-api clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,10 @@ bench-solver: setup
 
 bench-pipeline: setup
 	$(PY) bench/pipeline.py --workers 4
+
+# schemathesis against the OpenAPI schema: no server errors, only documented answers.
+fuzz-api: setup
+	$(PY) scripts/fuzz_api.py
 
 # Page render times on 10,000 pods, 1,000 nodes and 100,000 decisions in PostgreSQL.
 bench-ui: setup

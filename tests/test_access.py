@@ -36,6 +36,7 @@ def test_admins_are_staff_with_the_user_permissions():
     user = User.objects.get(username="ada")
     assert user.is_staff and role_of(user) == ADMIN
     assert user.has_perm("auth.change_user") and user.has_perm("auth.add_user")
+    assert user.has_perm("authtoken.add_tokenproxy") and user.has_perm("authtoken.delete_tokenproxy")
 
 
 def test_grant_refuses_an_unknown_role():
@@ -60,3 +61,4 @@ def test_the_admin_link_shows_for_admins_only(client):
     client.force_login(User.objects.get(username="vic"))
     assert b'href="/admin/"' in client.get("/").content
     assert client.get("/admin/auth/user/").status_code == 200
+    assert client.get("/admin/authtoken/tokenproxy/").status_code == 200  # API tokens

@@ -147,8 +147,12 @@ def test_log_in_watch_a_pending_pod_get_a_node_and_open_its_decision(page, simul
     assert claim.instance_type in node_row.first.inner_text()
     assert re.search(r"1\.00 of \d+\.\d\d cores", node_row.first.inner_text())
     shot(page, "nodes")
+    page.click("a[href='/disruptions/']")  # the disruptions log
+    page.wait_for_url("**/disruptions/")
+    shot(page, "disruptions")
 
     page.click("nav >> text=Decisions")
+    shot(page, "decisions")
     page.click(f"a[href='/decisions/{decision.pk}/']")
     section = page.locator(f"#claim-{claim.name}")
     assert claim.instance_type in section.inner_text()

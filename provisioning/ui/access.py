@@ -17,7 +17,14 @@ from django.core.exceptions import PermissionDenied
 VIEWER, EDITOR, ADMIN = "viewer", "editor", "admin"
 ROLES = (VIEWER, EDITOR, ADMIN)
 # Admins manage users and API tokens in the admin site; these are the permissions it needs.
-ADMIN_PERMISSIONS = ("add_user", "change_user", "delete_user", "view_user", "view_group")
+ADMIN_PERMISSIONS = (
+    *(
+        f"{action}_{model}"
+        for action in ("add", "change", "delete", "view")
+        for model in ("user", "tokenproxy", "token")
+    ),
+    "view_group",
+)
 _RANK = {role: rank for rank, role in enumerate(ROLES)}
 
 
