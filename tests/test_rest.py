@@ -427,3 +427,53 @@ def test_spend_rejects_bad_queries_naming_the_parameter(viewer, query, field):
     response = viewer.get("/api/v1/spend/", query)
     assert response.status_code == 400
     assert response.json()["details"]["causes"][0]["field"] == field
+
+
+READS = [
+    "/api/v1/nodepools/",
+    "/api/v1/nodepools/general/",
+    "/api/v1/ec2nodeclasses/",
+    "/api/v1/ec2nodeclasses/default/",
+    "/api/v1/pods/",
+    "/api/v1/pods/default/p/",
+    "/api/v1/nodeclaims/",
+    "/api/v1/nodeclaims/n1-claim/",
+    "/api/v1/nodes/",
+    "/api/v1/nodes/n1/",
+    "/api/v1/decisions/",
+    "/api/v1/disruptions/",
+    "/api/v1/spend/",
+    "/api/v1/catalog/instancetypes/?require=karpenter.k8s.aws/instance-family=m5",
+]
+WRITES = [
+    ("post", "/api/v1/nodepools/"),
+    ("put", "/api/v1/nodepools/general/"),
+    ("patch", "/api/v1/nodepools/general/"),
+    ("delete", "/api/v1/nodepools/general/"),
+    ("post", "/api/v1/ec2nodeclasses/"),
+    ("put", "/api/v1/ec2nodeclasses/default/"),
+    ("patch", "/api/v1/ec2nodeclasses/default/"),
+    ("delete", "/api/v1/ec2nodeclasses/default/"),
+]
+
+
+@pytest.fixture
+def cluster_rows(editor, seed_nodepool):
+    create(editor, seed_nodepool)
+    claim = add_node("n1", decision=add_decision(["default/p"]))
+    add_pod("p", node="n1")
+    add_disruption([claim.name])
+
+
+def test_every_read_needs_credentials_and_a_viewer_may_make_it(cluster_rows, viewer):
+    for path in READS:
+        assert APIClient().get(path).status_code == 401, path
+        assert viewer.get(path).status_code == 200, path
+
+
+def test_every_write_needs_the_editor_role(cluster_rows, viewer, seed_nodepool):
+    for method, path in WRITES:
+        assert getattr(APIClient(), method)(path, {}, format="json").status_code == 401, (method, path)
+        response = getattr(viewer, method)(path, seed_nodepool, format="json")
+        assert response.status_code == 403, (method, path)
+    assert NodePool.objects.get().resource_version == 1
