@@ -477,3 +477,8 @@ def test_every_write_needs_the_editor_role(cluster_rows, viewer, seed_nodepool):
         response = getattr(viewer, method)(path, seed_nodepool, format="json")
         assert response.status_code == 403, (method, path)
     assert NodePool.objects.get().resource_version == 1
+
+
+def test_a_path_with_a_newline_gets_a_status_too(viewer):
+    response = viewer.get("/api/v1/pods/a%0Ab/")
+    assert response.status_code == 404 and response.json()["kind"] == "Status"

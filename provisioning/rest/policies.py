@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ParseError, UnsupportedMediaType
 from rest_framework.pagination import CursorPagination
@@ -239,19 +239,20 @@ class PolicyDetail(_PolicyView):
         return Response(body, headers=warning_header(warnings))
 
 
-def views_for(kind: str, plural: str) -> tuple[type[PolicyList], type[PolicyDetail]]:
+def views_for(kind: str, plural: str, example: str) -> tuple[type[PolicyList], type[PolicyDetail]]:
     """The collection and item views of one kind, with operation ids and a tag of their own
-    in the OpenAPI document."""
+    in the OpenAPI document, and an example name (the seed's) for the path."""
+    name = OpenApiParameter("name", str, OpenApiParameter.PATH, examples=[OpenApiExample("seed", value=example)])
     ids = {"get": "list", "post": "create"}
     collection = extend_schema_view(
         **{m: extend_schema(operation_id=f"{plural}_{op}", tags=[plural]) for m, op in ids.items()}
     )(type(f"{kind}List", (PolicyList,), {"kind": kind}))
     ids = {"get": "read", "put": "replace", "patch": "patch", "delete": "delete"}
     item = extend_schema_view(
-        **{m: extend_schema(operation_id=f"{plural}_{op}", tags=[plural]) for m, op in ids.items()}
+        **{m: extend_schema(operation_id=f"{plural}_{op}", tags=[plural], parameters=[name]) for m, op in ids.items()}
     )(type(f"{kind}Detail", (PolicyDetail,), {"kind": kind}))
     return collection, item
 
 
-NodePoolList, NodePoolDetail = views_for("NodePool", "nodepools")
-EC2NodeClassList, EC2NodeClassDetail = views_for("EC2NodeClass", "ec2nodeclasses")
+NodePoolList, NodePoolDetail = views_for("NodePool", "nodepools", "general")
+EC2NodeClassList, EC2NodeClassDetail = views_for("EC2NodeClass", "ec2nodeclasses", "default")

@@ -80,7 +80,6 @@ def add_common_errors(result, generator, request, public):
         for operation in operations.values():
             responses = operation.setdefault("responses", {})
             for code, description in common.items():
-                responses.setdefault(
-                    code, {"description": description, "content": {"application/json": {"schema": status_ref}}}
-                )
+                content = {media: {"schema": status_ref} for media in ("application/json", "application/yaml")}
+                responses.setdefault(code, {"description": description, "content": content})
     return result

@@ -21,7 +21,7 @@ v1 = [
     path("spend/", plans.Spend.as_view(), name="spend"),
     path("catalog/instancetypes/", catalog.InstanceTypes.as_view(), name="instancetype-list"),
     path("", include(router.urls)),
-    re_path(r"^.*$", errors.not_found),  # an unknown API path gets a Status, not an HTML page
+    re_path(r"^", errors.not_found),  # any other API path (even with a newline) gets a Status, not HTML
 ]
 
 urlpatterns = [
