@@ -68,6 +68,18 @@ def page(browser, live_server, transactional_db):
     assert not errors, errors
 
 
+def apply_policies(nodeclass: dict) -> None:
+    """The seed's EC2NodeClass and an on-demand NodePool of c and m types."""
+    apply_manifest(nodeclass, source="cli")
+    apply_manifest(
+        nodepool(
+            requirement("karpenter.sh/capacity-type", "on-demand"),
+            requirement("karpenter.k8s.aws/instance-category", "c", "m"),
+        ),
+        source="cli",
+    )
+
+
 def shot(page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
@@ -101,14 +113,7 @@ def simulated_cloud(simulated_aws, redis_url, settings, monkeypatch, seed_ec2nod
     cloud_service.get_cloud.cache_clear()
     queued: list[int] = []
     monkeypatch.setattr(tasks.launch_nodeclaim, "delay", queued.append)
-    apply_manifest(seed_ec2nodeclass, source="cli")
-    apply_manifest(
-        nodepool(
-            requirement("karpenter.sh/capacity-type", "on-demand"),
-            requirement("karpenter.k8s.aws/instance-category", "c", "m"),
-        ),
-        source="cli",
-    )
+    apply_policies(seed_ec2nodeclass)
     yield queued
     connections.reset()
     cloud_service.get_cloud.cache_clear()
@@ -173,14 +178,7 @@ def test_log_in_watch_a_pending_pod_get_a_node_and_open_its_decision(page, simul
 
 
 def test_edit_a_nodepool_see_the_error_at_its_row_fix_and_save(page, seed_ec2nodeclass):
-    apply_manifest(seed_ec2nodeclass, source="cli")
-    apply_manifest(
-        nodepool(
-            requirement("karpenter.sh/capacity-type", "on-demand"),
-            requirement("karpenter.k8s.aws/instance-category", "c", "m"),
-        ),
-        source="cli",
-    )
+    apply_policies(seed_ec2nodeclass)
     log_in(page, "eddie", "editor")
     page.click("nav >> text=Policies")
     shot(page, "policies")
