@@ -61,11 +61,16 @@ def main() -> int:
         [python, "-c", setup], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     ).stdout.split()[-1]
     port = free_port()
+    # The server logs every 404 and 400 the fuzzer provokes; they go to a file, shown only
+    # when the run fails.
+    server_log = (var / "server.log").open("w")
     server = subprocess.Popen(
         [str(Path(python).parent / "gunicorn"), "karpweb.wsgi", "-b", f"127.0.0.1:{port}", "-w", "2"]
         + ["--log-level", "warning"],
         cwd=ROOT,
         env=env,
+        stdout=server_log,
+        stderr=subprocess.STDOUT,
     )
     try:
         wait_for_port(port, proc=server)
@@ -89,10 +94,15 @@ def main() -> int:
             "--seed",
             "1",
         ]
-        return subprocess.run(command, cwd=ROOT, env=env).returncode
+        status = subprocess.run(command, cwd=ROOT, env=env).returncode
+        if status:
+            print(f"server log (last lines of {var / 'server.log'}):")
+            print("".join((var / "server.log").read_text().splitlines(keepends=True)[-40:]))
+        return status
     finally:
         server.terminate()
         server.wait(timeout=30)
+        server_log.close()
 
 
 if __name__ == "__main__":
