@@ -52,15 +52,17 @@ class Launcher:
         return 0
 
     def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM every child, wait ``grace`` seconds, then SIGKILL whatever is left,
-        grandchildren included (a Celery worker killed mid-shutdown would orphan its pool)."""
+        """Stop the children in the reverse order of their start, each given what is left of
+        ``grace`` seconds before SIGKILL, so the web server and the Celery processes finish
+        (a worker acks its last message) while Redis and the simulated AWS still serve them;
+        then SIGKILL whatever is left, grandchildren included (a Celery worker killed
+        mid-shutdown would orphan its pool)."""
         self.stopping = True
         family = self._descendants()
+        deadline = time.monotonic() + grace
         for _name, proc in reversed(self.children):
             if proc.poll() is None:
                 proc.terminate()
-        deadline = time.monotonic() + grace
-        for _name, proc in reversed(self.children):
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
