@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds bench-webhook bench-catalog bench-solver bench-pipeline bench-ui fuzz-api clean
+.PHONY: setup run test test-fast lint crds manifests bench-webhook bench-catalog bench-solver bench-pipeline bench-ui fuzz-api clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,10 @@ lint: setup
 # Render deploy/crds/ from the schema the validator uses.
 crds: setup
 	$(PY) manage.py crds --out deploy/crds
+
+# The production manifests as `kubectl apply -k deploy/overlays/production` would apply them.
+manifests: setup
+	$(VENV)/bin/kubectl kustomize deploy/overlays/production
 
 bench-webhook: setup
 	$(PY) bench/webhook_latency.py

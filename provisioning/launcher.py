@@ -1,4 +1,5 @@
-"""Starts and stops the processes of ``make run`` as one unit.
+"""Starts and stops the processes of ``make run`` as one unit, and builds the command lines of
+karpweb's processes, which ``make run`` and the image's entrypoint (``karpweb.entrypoint``) share.
 
 Children stay in our process group (Ctrl-C reaches them all) and are also stopped
 explicitly on SIGTERM/SIGINT or when any of them dies, so nothing is left behind.
@@ -17,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+GUNICORN_CONF = REPO_DIR / "deploy" / "gunicorn.conf.py"
 
 
 @dataclass
@@ -136,3 +140,34 @@ def embedded_redis_argv(port: int, data_dir: Path) -> list[str]:
         "--loglevel",
         "warning",
     ]
+
+
+def gunicorn_argv() -> list[str]:
+    """gunicorn serving karpweb; deploy/gunicorn.conf.py picks the role from KARPWEB_ROLE."""
+    return [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "karpweb.wsgi:application"]
+
+
+def celery_worker_argv(
+    *, concurrency: int, queues: str = "", beat_schedule: Path | None = None, loglevel: str = "INFO"
+) -> list[str]:
+    """A Celery worker; with ``beat_schedule``, the beat runs inside it (one machine only)."""
+    argv = [sys.executable, "-m", "celery", "-A", "karpweb", "worker", "--loglevel", loglevel]
+    argv += ["--concurrency", str(concurrency)]
+    # Gossip and mingle make every worker talk to every other one, at start and all the time;
+    # nothing in karpweb uses what they exchange, and with many replicas the chatter adds up.
+    argv += ["--without-gossip", "--without-mingle"]
+    if queues:
+        argv += ["--queues", queues]
+    if beat_schedule is not None:
+        argv += ["--beat", "--schedule", str(beat_schedule)]
+    return argv
+
+
+def celery_beat_argv(schedule: Path, loglevel: str = "INFO") -> list[str]:
+    """The one Celery beat, with the scheduler that keeps its liveness file fresh."""
+    argv = [sys.executable, "-m", "celery", "-A", "karpweb", "beat", "--loglevel", loglevel]
+    argv += ["--schedule", str(schedule), "--scheduler", "karpweb.heartbeat:Scheduler"]
+    # The beat sleeps until the next task is due, up to this long: a liveness probe may then
+    # expect a fresh heartbeat whatever the schedule holds.
+    argv += ["--max-interval", "30"]
+    return argv

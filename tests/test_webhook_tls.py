@@ -83,9 +83,9 @@ def test_writes_a_ca_and_a_serving_cert_for_the_service(tmp_path):
         assert cert.public_key().public_numbers() == key.public_key().public_numbers()
         assert (tmp_path / key_name).stat().st_mode & 0o777 == 0o600
 
-    # The last line is the caBundle: base64 of the CA PEM; a patch hint comes before it.
+    # The last line is the caBundle: base64 of the CA PEM; how to deploy them comes before it.
     assert base64.b64decode(lines[-1]) == (tmp_path / "ca.crt").read_bytes()
-    assert any("REPLACE_WITH_CA_BUNDLE" in line for line in lines[:-1])
+    assert any("kubectl apply -k deploy/overlays/no-cert-manager" in line for line in lines[:-1])
 
 
 def test_a_second_run_reuses_the_files_and_force_replaces_them(tmp_path):

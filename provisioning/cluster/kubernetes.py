@@ -75,6 +75,20 @@ NODECLAIM = Resource("NodeClaim", "karpenter.sh", "v1", "nodeclaims")
 CUSTOM = {k.kind: Resource(k.kind, k.group, k.version, k.plural) for k in crd.KINDS.values()}
 WATCHABLE = {r.kind: r for r in (POD, NODE, *CUSTOM.values())}
 
+# What the calls in this module need from RBAC, as (API group, resource) -> verbs; watching is
+# the list call with watch=True. deploy/base/rbac.yaml grants exactly this, and
+# tests/test_deploy.py checks both that and that every client call below is accounted for here.
+POLICY_VERBS = frozenset({"get", "list", "watch", "create", "update", "delete"})
+API_ACCESS: dict[tuple[str, str], frozenset[str]] = {
+    ("", "pods"): frozenset({"list", "watch"}),
+    ("", "pods/eviction"): frozenset({"create"}),
+    ("", "nodes"): frozenset({"get", "list", "watch", "patch", "delete"}),
+    ("apps", "daemonsets"): frozenset({"list"}),
+    ("policy", "poddisruptionbudgets"): frozenset({"list"}),
+    (NODECLAIM.group, NODECLAIM.plural): frozenset({"create", "delete"}),
+    **{(resource.group, resource.plural): POLICY_VERBS for resource in CUSTOM.values()},
+}
+
 
 @dataclass(frozen=True)
 class Reply:

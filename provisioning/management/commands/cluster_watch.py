@@ -10,6 +10,7 @@ import threading
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
+from karpweb import heartbeat
 from provisioning.cluster.base import ClusterError, Event
 
 KINDS = ("NodePool", "EC2NodeClass", "Node", "Pod")
@@ -44,8 +45,14 @@ class Command(BaseCommand):
             finally:
                 close_old_connections()
 
+        def stop() -> bool:
+            # Every watch thread asks between events and at least once per watch request (10 s),
+            # so a fresh heartbeat means the watches still cycle.
+            heartbeat.touch()
+            return stopping.is_set()
+
         self.stdout.write(f"watching {', '.join(KINDS)}")
         try:
-            cluster.watch(handle, KINDS, stopping.is_set)
+            cluster.watch(handle, KINDS, stop)
         except ClusterError as exc:
             raise CommandError(str(exc)) from None

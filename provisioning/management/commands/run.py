@@ -13,7 +13,14 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from provisioning.launcher import Launcher, embedded_redis_argv, free_port, wait_for_port
+from provisioning.launcher import (
+    Launcher,
+    celery_worker_argv,
+    embedded_redis_argv,
+    free_port,
+    gunicorn_argv,
+    wait_for_port,
+)
 
 
 class Command(BaseCommand):
@@ -50,40 +57,14 @@ class Command(BaseCommand):
             env.setdefault("WEB_CONCURRENCY", "2")
             env["KARPWEB_ROLE"] = "web"
             env["BIND"] = f"127.0.0.1:{port}"
-            web = launcher.start(
-                "web",
-                [
-                    sys.executable,
-                    "-m",
-                    "gunicorn",
-                    "-c",
-                    str(settings.BASE_DIR / "deploy" / "gunicorn.conf.py"),
-                    "karpweb.wsgi:application",
-                ],
-                cwd=settings.BASE_DIR,
-            )
+            web = launcher.start("web", gunicorn_argv(), cwd=settings.BASE_DIR)
             wait_for_port(port, timeout=30, proc=web)
             # One worker with an embedded beat is enough on one machine; production runs
             # them as separate Deployments.
             launcher.start(
                 "worker",
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "karpweb",
-                    "worker",
-                    "--beat",
-                    "--schedule",
-                    str(settings.VAR_DIR / "celerybeat-schedule"),
-                    "--loglevel",
-                    "INFO",
-                    "--concurrency",
-                    "4",  # launches wait on EC2 more than they compute
-                    "--without-gossip",
-                    "--without-mingle",
-                ],
+                # Four: launches wait on EC2 more than they compute.
+                celery_worker_argv(concurrency=4, beat_schedule=settings.VAR_DIR / "celerybeat-schedule"),
                 cwd=settings.BASE_DIR,
             )
         except (RuntimeError, CommandError) as exc:

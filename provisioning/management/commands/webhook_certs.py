@@ -50,6 +50,8 @@ MAX_DAYS = 3650
 BACKDATE = dt.timedelta(minutes=5)
 # A serving certificate with less than this left (or a third of --days, if smaller) is re-issued.
 RENEW_BEFORE = dt.timedelta(days=30)
+# The kustomize overlay that turns these files into the webhook's Secret and caBundle.
+OVERLAY = "deploy/overlays/no-cert-manager"
 LOCAL_DNS = ("localhost",)
 LOCAL_IPS = (ipaddress.ip_address("127.0.0.1"),)
 
@@ -292,12 +294,8 @@ class Command(BaseCommand):
             for note in notes:
                 self.stdout.write(note)
             self.stdout.write(
-                f"Secret:  kubectl -n {namespace} create secret tls {service}-tls "
-                f"--cert={out / TLS_CERT} --key={out / TLS_KEY} --dry-run=client -o yaml | kubectl apply -f -"
-            )
-            self.stdout.write(
-                f'Patch:   sed "s|REPLACE_WITH_CA_BUNDLE|$(base64 -w0 {out / CA_CERT})|" '
-                "deploy/webhook/validating-webhook.yaml | kubectl apply -f -"
+                f"Deploy:  kubectl apply -k {OVERLAY}  (it reads {CA_CERT}, {TLS_CERT} and {TLS_KEY} "
+                f"from {OVERLAY}/certs: --out {OVERLAY}/certs writes them there)"
             )
         self.stdout.write(bundle)
 
