@@ -20,6 +20,7 @@ import boto3
 import pytest
 import yaml
 from botocore.exceptions import ClientError
+from simaws import CallCounter, WorkerDied
 
 from provisioning.cloud.aws import AWSCloud, AWSPrices, to_cloud_error
 from provisioning.cloud.base import (
@@ -545,30 +546,6 @@ def test_everything_exhausted_raises_with_every_offering(cloud, resolved, seed_s
 # ------------------------------------------------------------------ a batch: one fleet for several NodeClaims
 
 
-class CallCounter:
-    """Counts the calls a boto3 client sends, by operation, through its event hooks (the
-    calls still go to the simulated AWS); ``fail_after`` makes an operation's answer raise
-    after it was served, as a worker killed right then would never see it."""
-
-    def __init__(self, client) -> None:
-        self.client = client
-        self.calls: dict[str, int] = {}
-        self.fail_after: dict[str, int] = {}
-        client.meta.events.register("before-call.ec2.*", self._before)
-        client.meta.events.register("after-call.ec2.*", self._after)
-
-    def _before(self, model, **kwargs) -> None:
-        self.calls[model.name] = self.calls.get(model.name, 0) + 1
-
-    def _after(self, model, **kwargs) -> None:
-        if self.calls[model.name] == self.fail_after.get(model.name):
-            raise KeyboardInterrupt(f"the worker died after {model.name} #{self.calls[model.name]}")
-
-    def close(self) -> None:
-        self.client.meta.events.unregister("before-call.ec2.*", self._before)
-        self.client.meta.events.unregister("after-call.ec2.*", self._after)
-
-
 @pytest.fixture
 def batch_cloud(config):
     """A cloud of its own, whose EC2 calls are counted."""
@@ -656,7 +633,7 @@ def test_a_batch_interrupted_while_tagging_is_paired_alike_on_retry(batch_cloud,
     request = batch_for(resolved, seed_spec, (option("t3.small", "us-east-1d"),), first_attempt=True)
     names = ("default-cut-c", "default-cut-a", "default-cut-b")
     batch_cloud.calls.fail_after["CreateTags"] = 2  # two instances tagged, then the worker is gone
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(WorkerDied):
         batch_cloud.launch_batch(request, names)
     del batch_cloud.calls.fail_after["CreateTags"]
 
