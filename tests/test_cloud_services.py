@@ -48,7 +48,7 @@ def env(simulated_aws, redis_url, settings, monkeypatch, seed_ec2nodeclass, seed
 
 
 def claim(
-    name: str, options: list[tuple[str, str, str, float]], nodeclass: str = "default", team: str = "ml"
+    name: str, options: list[tuple[str, str, str, float]], nodeclass: str = "default", team: str = "ml", pods: int = 0
 ) -> NodeClaim:
     return NodeClaim.objects.create(
         name=name,
@@ -56,6 +56,7 @@ def claim(
         nodeclass_name=nodeclass,
         spec={"taints": [{"key": "team", "value": team, "effect": "NoSchedule"}]},
         launch_options=[{"instanceType": t, "zone": z, "capacityType": c, "price": p} for t, z, c, p in options],
+        pods=[f"default/{name}-{i}" for i in range(pods)],
     )
 
 
@@ -216,15 +217,16 @@ def assert_each_claim_has_its_own_tagged_instance(sim, claims) -> None:
 
 
 def test_claims_of_identical_launch_input_form_one_batch_the_others_launch_alone(env, settings, queued):
-    same = [claim(f"general-same{i}", SPOT_THEN_ON_DEMAND) for i in range(5)]
-    fewer_options = claim("general-fewer", SPOT_THEN_ON_DEMAND[:1])
-    other_taint = claim("general-taint", SPOT_THEN_ON_DEMAND, team="web")
+    same = [claim(f"general-same{i}", SPOT_THEN_ON_DEMAND, pods=2) for i in range(5)]
+    fewer_options = claim("general-fewer", SPOT_THEN_ON_DEMAND[:1], pods=1)
+    other_taint = claim("general-taint", SPOT_THEN_ON_DEMAND, team="web", pods=30)
     launches = launchbatch.plan_launches([same[0], fewer_options, *same[1:], other_taint])
 
+    # The launches that unblock the most pods first: one claim of 30 pods, the batch's 10 pods.
     assert [[c.name for c in launch] for launch in launches] == [
+        ["general-taint"],
         [c.name for c in same],
         ["general-fewer"],
-        ["general-taint"],
     ]
     token = launchbatch.batch_token(str(c.uid) for c in same)
     assert token.startswith("fleet-") and len(token) <= 64
@@ -235,7 +237,7 @@ def test_claims_of_identical_launch_input_form_one_batch_the_others_launch_alone
         "general-taint": "",
     }
     launchbatch.dispatch(launches)
-    assert queued == {"batches": [token], "claims": [fewer_options.pk, other_taint.pk]}
+    assert queued == {"batches": [token], "claims": [other_taint.pk, fewer_options.pk]}
 
     settings.KARPWEB_LAUNCH_API = "run-instances"  # one instance type in one subnet per call
     assert [len(launch) for launch in launchbatch.plan_launches(same)] == [1] * 5

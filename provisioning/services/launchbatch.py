@@ -73,9 +73,10 @@ def batch_token(uids: Iterable[str]) -> str:
 
 
 def plan_launches(claims: Sequence[NodeClaim]) -> list[list[NodeClaim]]:
-    """The claims grouped as they will launch: claims of identical launch input together (up
-    to 1,000; they get their batch's token), the others alone. RunInstances launches one
-    instance type in one subnet, so with it every claim launches alone."""
+    """The claims grouped as they will launch, those with the most pods first: claims of
+    identical launch input together (up to 1,000; they get their batch's token), the others
+    alone. RunInstances launches one instance type in one subnet, so with it every claim
+    launches alone."""
     if settings.KARPWEB_LAUNCH_API != "fleet":
         return [[claim] for claim in claims]
     groups: dict[str, list[NodeClaim]] = {}
@@ -88,8 +89,9 @@ def plan_launches(claims: Sequence[NodeClaim]) -> list[list[NodeClaim]]:
             NodeClaim.objects.filter(pk__in=[claim.pk for claim in batch]).update(launch_batch=token)
             for claim in batch:
                 claim.launch_batch = token
-    # The largest first: workers take launches in this order, and a batch starts many claims.
-    return sorted(launches, key=len, reverse=True)
+    # Workers take launches in this order, fewer at a time than there are: the launches that
+    # unblock the most pending pods go first.
+    return sorted(launches, key=lambda launch: sum(len(claim.pods) for claim in launch), reverse=True)
 
 
 def dispatch(launches: Iterable[list[NodeClaim]]) -> None:
