@@ -143,11 +143,10 @@ def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeC
     return claim
 
 
-def record_launched(claim: NodeClaim, instance: Instance) -> bool:
-    """The claim being launched has its instance; False when it is not launching any more
-    (a relaunch took it over)."""
+def record_launched(claim: NodeClaim, instance: Instance) -> None:
+    """The claim being launched has its instance (unless a relaunch has taken it over)."""
     price = _price_of(claim, instance.instance_type, instance.zone, instance.capacity_type)
-    moved = claim.move(
+    if claim.move(
         NodeClaim.State.LAUNCHING,
         NodeClaim.State.LAUNCHED,
         instance_id=instance.id,
@@ -158,8 +157,7 @@ def record_launched(claim: NodeClaim, instance: Instance) -> bool:
         launched_at=timezone.now(),
         reason="",
         message="",
-    )
-    if moved:
+    ):
         log.info(
             "nodeclaim %s launched %s %s in %s as %s",
             claim.name,
@@ -168,7 +166,6 @@ def record_launched(claim: NodeClaim, instance: Instance) -> bool:
             instance.zone,
             instance.capacity_type,
         )
-    return moved
 
 
 def launch_input(claim: NodeClaim) -> str:

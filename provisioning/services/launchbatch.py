@@ -145,7 +145,8 @@ def _batch_request(
     claims: list[NodeClaim], token: str, cloud: CloudProvider, is_unavailable: Callable[[LaunchOption], bool]
 ) -> LaunchRequest:
     """The launch request every claim of the batch would make, named after the batch, over the
-    offerings not marked unavailable."""
+    offerings not marked unavailable; a first attempt when no claim was tried before (their
+    attempts as read, before this one was counted)."""
     request = launch_request(claims[0], cloud)
     options = tuple(o for o in request.options if not is_unavailable(o))
     return dataclasses.replace(
