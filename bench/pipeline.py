@@ -11,7 +11,11 @@ Prints:
 * pod-to-launch latency: from a pod's submission (its row is written, as ``sim apply`` does)
   to the moment a worker starts the cloud call (CreateFleet) for the NodeClaim it is
   nominated to; p50, p99 and max over every pod;
-* submit-to-bound: from the start of the submission to the moment the last pod is bound.
+* submit-to-bound: from the start of the submission to the moment the last pod is bound;
+* where the time goes, from the start of the submission: when the batch window closed and
+  how long the provisioning run took (per decision), when the launch tasks started their
+  cloud calls (first, median, last; how many tasks, batches among them) and when the last
+  claim was launched.
 
 Uses DATABASE_URL and REDIS_URL when set (PostgreSQL and Redis of the machine), else a
 fresh SQLite file and the embedded Redis.
@@ -134,7 +138,7 @@ def main() -> int:
         argv += ["--without-gossip", "--without-mingle"]
         with open(workdir / "worker.log", "wb") as log:
             procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-        time.sleep(5)  # the worker connects and warms its catalog
+        wait_until_warm(time.time() + 120)
 
         pods, _ = simulated.workload_pods(deployments(args.pods))
         started = time.time()
@@ -171,6 +175,7 @@ def main() -> int:
             )
         status = "all bound" if not pending else f"{pending} still pending after {args.timeout:g} s"
         print(f"submit to all bound: {bound_at - started:.2f} s ({status})")
+        print_phases(started)
         if os.environ.get("KEEP"):
             from collections import Counter
 
@@ -192,6 +197,50 @@ def main() -> int:
             print(f"kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def wait_until_warm(deadline: float) -> None:
+    """Until the worker has built and shared the catalog and found the EC2NodeClass ready (its
+    start-up tasks), so the burst measures the pipeline, not a worker warming up; on a busy
+    machine that takes well over the 5 s that suffice on an idle one."""
+    from provisioning.models import EC2NodeClass
+    from provisioning.services import catalog, connections
+
+    time.sleep(5)
+    redis = connections.get_redis()
+    while time.time() < deadline:
+        shared = redis.exists(catalog.redis_key(os.environ["AWS_REGION"]) + ":version")
+        conditions = [c for nc in EC2NodeClass.objects.all() for c in (nc.status or {}).get("conditions", [])]
+        if shared and any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+            time.sleep(1)  # the worker's processes settle after their start-up tasks
+            return
+        time.sleep(0.5)
+    print("warning: the worker did not warm up in time; figures include its start-up")
+
+
+def print_phases(started: float) -> None:
+    """Where the time went, in seconds from ``started``: window, run, launches."""
+    from provisioning.models import Decision, NodeClaim
+
+    for decision in Decision.objects.order_by("started_at"):
+        t = decision.timings
+        # The row is written after the snapshot and the solve: the run began that much earlier.
+        run_start = decision.started_at.timestamp() - t.get("snapshot", 0) - t.get("solve", 0)
+        print(
+            f"decision {decision.pk}: window closed at +{run_start - started:.2f} s; run "
+            f"{sum(t.get(k, 0) for k in ('snapshot', 'solve', 'record')):.2f} s (snapshot {t.get('snapshot', 0):.2f}, "
+            f"solve {t.get('solve', 0):.2f}, record {t.get('record', 0):.2f}); {decision.claims.count()} NodeClaims"
+        )
+    claims = list(NodeClaim.objects.exclude(launch_started_at=None))
+    if not claims:
+        return
+    starts = sorted({c.launch_started_at.timestamp() - started for c in claims})  # one per launch task
+    batches = {c.launch_batch for c in claims} - {""}
+    last = max(c.launched_at.timestamp() for c in claims if c.launched_at) - started
+    print(
+        f"launch tasks: {len(starts)} ({len(batches)} batches); calls started at +{starts[0]:.2f} s (first), "
+        f"+{statistics.median(starts):.2f} s (median), +{starts[-1]:.2f} s (last); last launched at +{last:.2f} s"
+    )
 
 
 def _policies() -> list[dict]:

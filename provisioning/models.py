@@ -226,6 +226,9 @@ class NodeClaim(MovesByState, models.Model):
     price_per_hour = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     node_name = models.CharField(max_length=253, blank=True)
     launch_attempts = models.PositiveIntegerField(default=0)
+    # The token of the batch launched with one fleet with it (the fleet's ClientToken), while
+    # it is in one: a retried or relaunched batch finds its claims and its instances by it.
+    launch_batch = models.CharField(max_length=64, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     launch_started_at = models.DateTimeField(null=True, blank=True)  # a worker began the cloud call
     launched_at = models.DateTimeField(null=True, blank=True)

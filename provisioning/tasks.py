@@ -54,24 +54,52 @@ def launch_nodeclaim(claim_id: int) -> dict[str, Any]:
     uid) keeps a redelivered message from starting a second instance."""
     from django.conf import settings
 
+    from provisioning.models import NodeClaim
     from provisioning.services import cloud
 
     if settings.KARPWEB_CLUSTER == "kubernetes":
-        _publish_nodeclaim(claim_id)
+        _publish_nodeclaims(NodeClaim.objects.filter(pk=claim_id))
     claim = cloud.launch_nodeclaim(claim_id)
     if claim is None:
         return {"claim": claim_id, "skipped": "not pending"}
     return {"claim": claim.name, "state": claim.state, "instance": claim.instance_id, "reason": claim.reason}
 
 
-def _publish_nodeclaim(claim_id: int) -> None:
-    """Create the NodeClaim object in the cluster (idempotent) before launching."""
+@shared_task(
+    name="provisioning.tasks.launch_nodeclaims",
+    autoretry_for=(Throttled, ClusterError),
+    retry_backoff=True,
+    retry_backoff_max=120,
+    retry_jitter=True,
+    max_retries=8,
+    acks_late=True,
+)
+def launch_nodeclaims(batch: str) -> dict[str, Any]:
+    """Launch a batch of NodeClaims of identical launch input with one fleet; throttling
+    retries with backoff, the batch's token (its ClientToken and instance tag) keeps a
+    redelivered message from starting a second set of instances."""
+    from django.conf import settings
+
+    from provisioning.models import NodeClaim
+    from provisioning.services import launchbatch
+
+    if settings.KARPWEB_CLUSTER == "kubernetes":
+        _publish_nodeclaims(NodeClaim.objects.filter(launch_batch=batch))
+    claims = launchbatch.launch_batch(batch)
+    return {
+        "batch": batch,
+        "claims": {c.name: {"state": c.state, "instance": c.instance_id} for c in claims},
+    }
+
+
+def _publish_nodeclaims(claims: Any) -> None:
+    """Create the pending NodeClaim objects in the cluster (idempotent) before launching."""
     from provisioning.cluster import get_cluster
     from provisioning.models import NodeClaim
 
-    claim = NodeClaim.objects.filter(pk=claim_id, state=NodeClaim.State.PENDING).first()
-    if claim is not None:
-        get_cluster().create_nodeclaim(claim.to_manifest())
+    cluster = get_cluster()
+    for claim in claims.filter(state=NodeClaim.State.PENDING):
+        cluster.create_nodeclaim(claim.to_manifest())
 
 
 @shared_task(name="provisioning.tasks.resolve_nodeclasses")

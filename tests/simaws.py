@@ -104,6 +104,35 @@ def stop_simulated_aws(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+class WorkerDied(BaseException):
+    """Raised where a worker would have been killed: nothing in the code under test catches it."""
+
+
+class CallCounter:
+    """Counts the EC2 calls a boto3 client sends, by operation, through its event hooks (the
+    calls still go to the simulated AWS). ``fail_after[operation] = n`` raises
+    :class:`WorkerDied` once the n-th such call was served, as if the worker had been killed
+    before it could read the answer."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.calls: dict[str, int] = {}
+        self.fail_after: dict[str, int] = {}
+        client.meta.events.register("before-call.ec2.*", self._before)
+        client.meta.events.register("after-call.ec2.*", self._after)
+
+    def _before(self, model, **kwargs) -> None:
+        self.calls[model.name] = self.calls.get(model.name, 0) + 1
+
+    def _after(self, model, **kwargs) -> None:
+        if self.calls[model.name] == self.fail_after.get(model.name):
+            raise WorkerDied(f"the worker died after {model.name} #{self.calls[model.name]}")
+
+    def close(self) -> None:
+        self.client.meta.events.unregister("before-call.ec2.*", self._before)
+        self.client.meta.events.unregister("after-call.ec2.*", self._after)
+
+
 @pytest.fixture(scope="session", name="simulated_aws")
 def simulated_aws_fixture():
     """A seeded simulated AWS for the whole session. Tests that exhaust offerings

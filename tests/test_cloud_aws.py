@@ -20,9 +20,11 @@ import boto3
 import pytest
 import yaml
 from botocore.exceptions import ClientError
+from simaws import CallCounter, WorkerDied
 
 from provisioning.cloud.aws import AWSCloud, AWSPrices, to_cloud_error
 from provisioning.cloud.base import (
+    BatchLaunch,
     CloudError,
     Instance,
     InsufficientCapacity,
@@ -36,7 +38,8 @@ from provisioning.cloud.base import (
 )
 from provisioning.cloud.config import AWSConfig
 from provisioning.cloud.errors import error_reason
-from provisioning.cloud.launch import backoff_delay, garbage_collect, launch_with_fallback
+from provisioning.cloud.launch import backoff_delay, garbage_collect, launch_batch_with_backoff, launch_with_fallback
+from provisioning.cloud.launchplan import fleet_failure, fleet_instances, pair_instances
 from provisioning.cloud.launchtemplate import block_device_mappings
 from provisioning.cloud.pricing import parse_price_list, pricing_api_region
 from provisioning.cloud.selectors import alias_parameters
@@ -540,6 +543,110 @@ def test_everything_exhausted_raises_with_every_offering(cloud, resolved, seed_s
     assert "every spot, on-demand offering is exhausted" in str(caught.value)
 
 
+# ------------------------------------------------------------------ a batch: one fleet for several NodeClaims
+
+
+@pytest.fixture
+def batch_cloud(config):
+    """A cloud of its own, whose EC2 calls are counted."""
+    cloud = AWSCloud(config)
+    cloud.calls = CallCounter(cloud.ec2)
+    yield cloud
+    cloud.calls.close()
+
+
+def batch_for(resolved, spec, options, capacity_type="on-demand", **kwargs) -> LaunchRequest:
+    """A batch's request: named by its token, which is also its ClientToken."""
+    token = f"fleet-{uuid.uuid4().hex}"
+    request = request_for(resolved, spec, options, capacity_type, name=token, **kwargs)
+    return replace(request, nodeclaim_uid=token)
+
+
+def test_a_batch_of_five_is_one_fleet_and_each_instance_is_tagged_with_its_own_claim(
+    batch_cloud, resolved, seed_spec, ec2
+):
+    spec = {**seed_spec, "tags": {"team": "platform"}}
+    options = (option("c5.large", "us-east-1b", price=0.085), option("m5.large", "us-east-1a", price=0.096))
+    request = batch_for(resolved, spec, options, first_attempt=True)
+    names = tuple(f"default-batch{i}-{uuid.uuid4().hex[:4]}" for i in range(5))
+    result = batch_cloud.launch_batch(request, names)
+
+    assert batch_cloud.calls.calls["CreateFleet"] == 1
+    assert batch_cloud.calls.calls["CreateTags"] == 5
+    assert "DescribeInstances" not in batch_cloud.calls.calls  # a first attempt looks for nothing
+    assert result.shortfall is None and sorted(result.instances) == sorted(names)
+    assert len({i.id for i in result.instances.values()}) == 5
+    for name, instance in result.instances.items():
+        (raw,) = instances_of(ec2, name)
+        assert raw["InstanceId"] == instance.id
+        assert (raw["InstanceType"], raw["Placement"]["AvailabilityZone"]) == ("c5.large", "us-east-1b")
+        tags = {t["Key"]: t["Value"] for t in raw["Tags"]}
+        assert tags["karpenter.sh/nodeclaim"] == name and tags["Name"] == name
+        assert tags["karpweb/launch-batch"] == request.nodeclaim_uid
+        assert tags["team"] == "platform" and tags[f"kubernetes.io/cluster/{CLUSTER}"] == "owned"
+        assert instance.tags["karpenter.sh/nodeclaim"] == name
+
+    (fleet,) = [
+        f
+        for f in ec2.describe_fleets()["Fleets"]
+        if {t["Key"]: t["Value"] for t in f.get("Tags", [])}.get("karpweb/launch-batch") == request.nodeclaim_uid
+    ]
+    assert fleet["Type"] == "instant"
+    assert fleet["TargetCapacitySpecification"] == {"TotalTargetCapacity": 5, "DefaultTargetCapacityType": "on-demand"}
+    # The fleet's own tags are the batch's: no NodeClaim names one instance of it.
+    assert "karpenter.sh/nodeclaim" not in {t["Key"] for t in fleet["Tags"]}
+
+
+def test_a_fleet_short_of_capacity_fills_some_and_names_what_ran_out(batch_cloud, resolved, seed_spec, exhaust):
+    exhaust(["spot:m5.large:us-east-1a=2", "spot:m5.large:us-east-1b"])
+    options = (option("m5.large", "us-east-1a", "spot", 0.04), option("m5.large", "us-east-1b", "spot", 0.041))
+    names = ("default-short-a", "default-short-b", "default-short-c", "default-short-d")
+    result = batch_cloud.launch_batch(batch_for(resolved, seed_spec, options, "spot", first_attempt=True), names)
+    assert batch_cloud.calls.calls["CreateFleet"] == 1
+    # Paired in name order: the first two NodeClaims got the two instances.
+    assert sorted(result.instances) == ["default-short-a", "default-short-b"]
+    assert {(i.zone, i.capacity_type) for i in result.instances.values()} == {("us-east-1a", "spot")}
+    assert isinstance(result.shortfall, InsufficientCapacity)
+    assert set(result.shortfall.unavailable) == set(options)
+
+
+def test_a_batch_run_again_launches_nothing_more(batch_cloud, resolved, seed_spec, ec2):
+    request = batch_for(resolved, seed_spec, (option("t3.medium", "us-east-1c"),), first_attempt=True)
+    names = ("default-again-a", "default-again-b", "default-again-c")
+
+    def ids(result) -> dict[str, str]:
+        return {name: instance.id for name, instance in result.instances.items()}
+
+    first = ids(batch_cloud.launch_batch(request, names))
+    # The same batch as a first attempt again (a redelivered message): the ClientToken replays
+    # the fleet's answer (the same instances, tagged again alike).
+    assert ids(batch_cloud.launch_batch(request, names)) == first
+    assert batch_cloud.calls.calls["CreateFleet"] == 2 and batch_cloud.calls.calls["CreateTags"] == 6
+    # As a retry: what was launched is found by the batch tag, already tagged; no call else.
+    assert ids(batch_cloud.launch_batch(replace(request, first_attempt=False), names)) == first
+    assert batch_cloud.calls.calls["CreateFleet"] == 2 and batch_cloud.calls.calls["CreateTags"] == 6
+    tagged = ec2.describe_instances(Filters=[{"Name": "tag:karpweb/launch-batch", "Values": [request.nodeclaim_uid]}])
+    assert sorted(i["InstanceId"] for r in tagged["Reservations"] for i in r["Instances"]) == sorted(first.values())
+
+
+def test_a_batch_interrupted_while_tagging_is_paired_alike_on_retry(batch_cloud, resolved, seed_spec, ec2):
+    request = batch_for(resolved, seed_spec, (option("t3.small", "us-east-1d"),), first_attempt=True)
+    names = ("default-cut-c", "default-cut-a", "default-cut-b")
+    batch_cloud.calls.fail_after["CreateTags"] = 2  # two instances tagged, then the worker is gone
+    with pytest.raises(WorkerDied):
+        batch_cloud.launch_batch(request, names)
+    del batch_cloud.calls.fail_after["CreateTags"]
+
+    result = batch_cloud.launch_batch(replace(request, first_attempt=False), names)
+    assert batch_cloud.calls.calls["CreateFleet"] == 1
+    tagged = ec2.describe_instances(Filters=[{"Name": "tag:karpweb/launch-batch", "Values": [request.nodeclaim_uid]}])
+    launched = sorted(i["InstanceId"] for r in tagged["Reservations"] for i in r["Instances"])
+    # Every NodeClaim has one of the three instances, paired as the first attempt paired them.
+    assert {name: i.id for name, i in result.instances.items()} == dict(zip(sorted(names), launched, strict=True))
+    for name, instance in result.instances.items():
+        assert [i["InstanceId"] for i in instances_of(ec2, name)] == [instance.id]
+
+
 # ------------------------------------------------------------------ errors
 
 
@@ -829,3 +936,61 @@ def test_fallback_marks_retries_and_stops_on_other_errors():
     with pytest.raises(InsufficientCapacity) as caught:
         launch_with_fallback(FakeCloud(quota), _plain_request((od,), "on-demand"), lambda o: None, lambda o: False)
     assert caught.value.reason == "VCPULimitExceeded"
+
+
+def test_a_batch_retries_throttling_and_then_looks_for_what_it_launched():
+    class FakeBatchCloud:
+        def __init__(self, *results):
+            self.results, self.requests = list(results), []
+
+        def launch_batch(self, request, nodeclaims):
+            self.requests.append(request)
+            result = self.results.pop(0)
+            if isinstance(result, Exception):
+                raise result
+            return result
+
+    launched = BatchLaunch({"a": _instance()})
+    cloud = FakeBatchCloud(Throttled("slow down"), Throttled("slow down"), launched)
+    request = replace(_plain_request((option("m5.large", "us-east-1a"),)), first_attempt=True)
+    sleeps: list[float] = []
+    assert launch_batch_with_backoff(cloud, request, ("a",), sleep=sleeps.append, rng=lambda: 1.0) is launched
+    assert sleeps == [0.5, 1.0]
+    # A throttled attempt may have launched before it was refused: the next ones look first.
+    assert [r.first_attempt for r in cloud.requests] == [True, False, False]
+
+    cloud = FakeBatchCloud(*[Throttled("slow down")] * 5)
+    with pytest.raises(Throttled):
+        launch_batch_with_backoff(cloud, request, ("a",), sleep=lambda s: None)
+    assert len(cloud.requests) == 5
+
+
+def test_fleet_answers_are_read_per_instance_and_paired_by_name():
+    request = _plain_request((option("m5.large", "us-east-1a"),), "on-demand")
+    # EC2 lists the instances launched from one override together.
+    response = {
+        "Instances": [
+            {
+                "InstanceIds": ["i-2", "i-1"],
+                "InstanceType": "m5.large",
+                "Lifecycle": "on-demand",
+                "LaunchTemplateAndOverrides": {"Overrides": {"AvailabilityZone": "us-east-1a"}},
+            },
+            {"InstanceIds": ["i-3"], "InstanceType": "m5.xlarge", "Lifecycle": "spot"},
+        ]
+    }
+    instances = fleet_instances(response, request, {"team": "a"})
+    assert [(i.id, i.instance_type, i.zone, i.capacity_type) for i in instances] == [
+        ("i-2", "m5.large", "us-east-1a", "on-demand"),
+        ("i-1", "m5.large", "us-east-1a", "on-demand"),
+        ("i-3", "m5.xlarge", "", "spot"),
+    ]
+    short = fleet_failure(response, request, [], wanted=5)
+    assert short.reason == "LaunchFailed" and "launched 3 of 5 instances" in str(short)
+
+    # Tagged instances are their NodeClaim's; untagged ones go to the rest, both sorted.
+    tagged = replace(instances[2], tags={"karpenter.sh/nodeclaim": "c"})
+    foreign = Instance("i-0", "m5.large", "us-east-1a", "on-demand", "running", tags={"karpenter.sh/nodeclaim": "z"})
+    pairs = pair_instances(["c", "b", "a"], [*instances[:2], tagged, foreign])
+    assert {name: i.id for name, i in pairs.items()} == {"a": "i-1", "b": "i-2", "c": "i-3"}
+    assert {name: i.id for name, i in pair_instances(["b", "a"], instances[:1]).items()} == {"a": "i-2"}

@@ -3,15 +3,21 @@ with the ICE cache in Redis, garbage collection. boto3 speaks HTTP to the simula
 
 from __future__ import annotations
 
+import functools
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
+from simaws import CallCounter, WorkerDied
 
+from provisioning import tasks
 from provisioning.cloud import ice
+from provisioning.cloud.base import Throttled
+from provisioning.cloud.launch import launch_batch_with_backoff
 from provisioning.models import EC2NodeClass, NodeClaim
 from provisioning.services import cloud as cloud_service
-from provisioning.services import connections
+from provisioning.services import connections, launchbatch, provision
 from provisioning.services.policy import apply_manifest
 
 CLUSTER = "karpweb-services-test"
@@ -41,13 +47,16 @@ def env(simulated_aws, redis_url, settings, monkeypatch, seed_ec2nodeclass, seed
     cloud_service.get_cloud.cache_clear()
 
 
-def claim(name: str, options: list[tuple[str, str, str, float]], nodeclass: str = "default") -> NodeClaim:
+def claim(
+    name: str, options: list[tuple[str, str, str, float]], nodeclass: str = "default", team: str = "ml", pods: int = 0
+) -> NodeClaim:
     return NodeClaim.objects.create(
         name=name,
         nodepool_name="general",
         nodeclass_name=nodeclass,
-        spec={"taints": [{"key": "team", "value": "ml", "effect": "NoSchedule"}]},
+        spec={"taints": [{"key": "team", "value": team, "effect": "NoSchedule"}]},
         launch_options=[{"instanceType": t, "zone": z, "capacityType": c, "price": p} for t, z, c, p in options],
+        pods=[f"default/{name}-{i}" for i in range(pods)],
     )
 
 
@@ -158,3 +167,179 @@ def test_the_overview_shows_nodeclass_readiness(env, admin_client):
     cloud_service.resolve_nodeclass(EC2NodeClass.objects.get(name="default"))
     page = admin_client.get("/").content.decode()
     assert '<span class="badge ok">Ready</span>' in page
+
+
+# ------------------------------------------------------------------ batches: one fleet for identical claims
+
+SPOT_THEN_ON_DEMAND = [
+    ("m5.large", "us-east-1a", "spot", 0.03),
+    ("m5.large", "us-east-1b", "spot", 0.031),
+    ("m5.large", "us-east-1a", "on-demand", 0.096),
+]
+
+
+@pytest.fixture
+def queued(monkeypatch) -> dict[str, list]:
+    """Launch tasks go to lists the test drains, instead of to a Celery worker."""
+    sent: dict[str, list] = {"claims": [], "batches": []}
+    monkeypatch.setattr(tasks.launch_nodeclaim, "delay", sent["claims"].append)
+    monkeypatch.setattr(tasks.launch_nodeclaims, "delay", sent["batches"].append)
+    return sent
+
+
+@pytest.fixture
+def calls(env):
+    """The EC2 calls of the cloud the services use, counted."""
+    counter = CallCounter(cloud_service.get_cloud().ec2)
+    yield counter
+    counter.close()
+
+
+def batch_of(count: int, options: list[tuple[str, str, str, float]]) -> list[NodeClaim]:
+    """``count`` claims of identical launch input, made a batch as a provisioning run makes it."""
+    run = uuid.uuid4().hex[:4]
+    (batch,) = launchbatch.plan_launches([claim(f"general-{run}{i}", options) for i in range(count)])
+    return batch
+
+
+def instances_tagged(sim, key: str, value: str) -> list[dict]:
+    found = ec2(sim).describe_instances(Filters=[{"Name": f"tag:{key}", "Values": [value]}])["Reservations"]
+    return [i for r in found for i in r["Instances"]]
+
+
+def assert_each_claim_has_its_own_tagged_instance(sim, claims) -> None:
+    rows = NodeClaim.objects.filter(pk__in=[c.pk for c in claims])
+    assert {r.state for r in rows} == {"launched"}
+    assert len({r.instance_id for r in rows}) == len(claims)
+    for row in rows:
+        assert [i["InstanceId"] for i in instances_tagged(sim, "karpenter.sh/nodeclaim", row.name)] == [row.instance_id]
+        assert row.launch_started_at is not None and row.launched_at >= row.launch_started_at
+
+
+def test_claims_of_identical_launch_input_form_one_batch_the_others_launch_alone(env, settings, queued):
+    same = [claim(f"general-same{i}", SPOT_THEN_ON_DEMAND, pods=2) for i in range(5)]
+    fewer_options = claim("general-fewer", SPOT_THEN_ON_DEMAND[:1], pods=1)
+    other_taint = claim("general-taint", SPOT_THEN_ON_DEMAND, team="web", pods=30)
+    launches = launchbatch.plan_launches([same[0], fewer_options, *same[1:], other_taint])
+
+    # The launches that unblock the most pods first: one claim of 30 pods, the batch's 10 pods.
+    assert [[c.name for c in launch] for launch in launches] == [
+        ["general-taint"],
+        [c.name for c in same],
+        ["general-fewer"],
+    ]
+    token = launchbatch.batch_token(str(c.uid) for c in same)
+    assert token.startswith("fleet-") and len(token) <= 64
+    assert launchbatch.batch_token(reversed([str(c.uid) for c in same])) == token
+    assert dict(NodeClaim.objects.values_list("name", "launch_batch")) == {
+        **{c.name: token for c in same},
+        "general-fewer": "",
+        "general-taint": "",
+    }
+    launchbatch.dispatch(launches)
+    assert queued == {"batches": [token], "claims": [other_taint.pk, fewer_options.pk]}
+
+    settings.KARPWEB_LAUNCH_API = "run-instances"  # one instance type in one subnet per call
+    assert [len(launch) for launch in launchbatch.plan_launches(same)] == [1] * 5
+
+
+def test_a_batch_launches_every_claim_with_one_fleet(env, calls, queued):
+    claims = batch_of(5, SPOT_THEN_ON_DEMAND)
+    taken = launchbatch.launch_batch(claims[0].launch_batch)
+
+    assert sorted(c.name for c in taken) == sorted(c.name for c in claims)
+    assert calls.calls["CreateFleet"] == 1
+    assert_each_claim_has_its_own_tagged_instance(env, claims)
+    rows = NodeClaim.objects.filter(pk__in=[c.pk for c in claims])
+    assert {(r.capacity_type, r.instance_type, float(r.price_per_hour), r.launch_attempts) for r in rows} == {
+        ("spot", "m5.large", 0.03, 1)
+    }
+    assert queued == {"claims": [], "batches": []}
+    # The task again (a redelivered message): nothing is pending, nothing is launched.
+    assert launchbatch.launch_batch(claims[0].launch_batch) == []
+    assert calls.calls["CreateFleet"] == 1
+
+
+def test_a_batch_whose_worker_died_mid_launch_is_relaunched_without_a_second_set(env, calls, queued):
+    claims = batch_of(4, SPOT_THEN_ON_DEMAND)
+    token = claims[0].launch_batch
+    calls.fail_after["CreateTags"] = 1  # the fleet launched, one instance was tagged, then the kill
+    with pytest.raises(WorkerDied):
+        launchbatch.launch_batch(token)
+    del calls.fail_after["CreateTags"]
+    assert set(NodeClaim.objects.filter(launch_batch=token).values_list("state", flat=True)) == {"launching"}
+    assert launchbatch.launch_batch(token) == []  # a redelivered message: the claims are taken
+
+    assert sorted(provision.relaunch_stuck(stuck_seconds=0)) == sorted(c.pk for c in claims)
+    assert queued == {"claims": [], "batches": [token]}  # the batch again, not its claims one by one
+    launchbatch.launch_batch(token)
+
+    assert calls.calls["CreateFleet"] == 1
+    assert_each_claim_has_its_own_tagged_instance(env, claims)
+    assert len(instances_tagged(env, "karpweb/launch-batch", token)) == 4
+
+
+def test_what_the_fleet_cannot_fill_launches_one_by_one_and_falls_back_to_on_demand(env, calls, queued):
+    env.set_insufficient_capacity(["spot:m5.large:*=2"])  # two spot instances left, in any zone
+    claims = batch_of(5, SPOT_THEN_ON_DEMAND)
+    launchbatch.launch_batch(claims[0].launch_batch)
+
+    assert calls.calls["CreateFleet"] == 1
+    rows = {r.name: r for r in NodeClaim.objects.filter(pk__in=[c.pk for c in claims])}
+    assert (
+        sorted((r.state, r.capacity_type) for r in rows.values()) == [("launched", "spot")] * 2 + [("pending", "")] * 3
+    )
+    left = [r for r in rows.values() if r.state == "pending"]
+    assert all(r.launch_batch == "" for r in left)  # out of the batch: the per-claim launch has them
+    assert sorted(queued["claims"]) == sorted(r.pk for r in left)
+    # The fleet's errors are in the ICE cache before the claims launch one by one.
+    assert {"spot:m5.large:us-east-1a", "spot:m5.large:us-east-1b"} <= ice.unavailable_keys(connections.get_redis())
+
+    for pk in queued["claims"]:
+        cloud_service.launch_nodeclaim(pk)
+    assert calls.calls["CreateFleet"] == 4  # the batch's, then one per claim left: on-demand at once
+    assert_each_claim_has_its_own_tagged_instance(env, claims)
+    capacity = sorted(NodeClaim.objects.filter(pk__in=[c.pk for c in claims]).values_list("capacity_type", flat=True))
+    assert capacity == ["on-demand"] * 3 + ["spot"] * 2
+
+
+def test_a_throttled_batch_puts_its_claims_back_for_the_task_to_retry(env, monkeypatch):
+    class ThrottledCloud:
+        def __init__(self, real):
+            self.real, self.attempts = real, 0
+
+        def resolve_nodeclass(self, name, spec):
+            return self.real.resolve_nodeclass(name, spec)
+
+        def launch_batch(self, request, nodeclaims):
+            self.attempts += 1
+            raise Throttled("RequestLimitExceeded")
+
+    monkeypatch.setattr(
+        launchbatch, "launch_batch_with_backoff", functools.partial(launch_batch_with_backoff, sleep=lambda s: None)
+    )
+    claims = batch_of(3, SPOT_THEN_ON_DEMAND)
+    cloud = ThrottledCloud(cloud_service.get_cloud())
+    with pytest.raises(Throttled):
+        launchbatch.launch_batch(claims[0].launch_batch, cloud=cloud)
+    assert cloud.attempts == 5
+    rows = NodeClaim.objects.filter(pk__in=[c.pk for c in claims])
+    assert {(r.state, r.launch_batch, r.launch_attempts) for r in rows} == {("pending", claims[0].launch_batch, 1)}
+
+
+def test_in_kubernetes_each_claim_of_a_batch_is_published_before_the_fleet(env, settings, monkeypatch, calls):
+    published: list[tuple[str, str, int]] = []
+
+    class RecordingCluster:
+        def create_nodeclaim(self, manifest):
+            name = manifest["metadata"]["name"]
+            published.append((name, NodeClaim.objects.get(name=name).state, calls.calls.get("CreateFleet", 0)))
+
+    settings.KARPWEB_CLUSTER = "kubernetes"
+    monkeypatch.setattr("provisioning.cluster.get_cluster", RecordingCluster)
+    claims = batch_of(3, SPOT_THEN_ON_DEMAND)
+    result = tasks.launch_nodeclaims(claims[0].launch_batch)
+
+    assert sorted(published) == sorted((c.name, "pending", 0) for c in claims)
+    assert {c["state"] for c in result["claims"].values()} == {"launched"} and len(result["claims"]) == 3
+    assert calls.calls["CreateFleet"] == 1

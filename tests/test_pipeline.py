@@ -133,6 +133,12 @@ def _describe(sim) -> list[dict]:
     return [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]]
 
 
+def _fleets(sim) -> list[dict[str, str]]:
+    """The tags of every fleet."""
+    ec2 = boto3.client("ec2", **sim.client_kwargs())
+    return [{t["Key"]: t["Value"] for t in f.get("Tags", [])} for f in ec2.describe_fleets()["Fleets"]]
+
+
 def _instances_per_claim(sim, since: set[str]) -> dict[str, list[str]]:
     """Instances launched since ``since``, in any state, grouped by their NodeClaim tag."""
     out: dict[str, list[str]] = {}
@@ -151,8 +157,9 @@ def test_200_pods_get_nodes_launched_in_ec2_and_bound(pipeline, simulated_aws):
     claims = list(NodeClaim.objects.exclude(instance_id=""))
     assert claims and all(c.state == NodeClaim.State.INITIALIZED for c in claims)
     running = {i for i, state in _instances(simulated_aws).items() if state == "running"} - before
-    # Exactly one instance per claim, each known to a claim.
+    # Exactly one instance per claim, each known to a claim and tagged with its name.
     assert running == {c.instance_id for c in claims}
+    assert _instances_per_claim(simulated_aws, before) == {c.name: [c.instance_id] for c in claims}
     assert ClusterNode.objects.filter(ready=True).count() == len(claims)
     decision = Decision.objects.order_by("started_at").first()
     assert decision is not None and len(decision.pods) >= 1 and decision.claims.exists()
@@ -194,6 +201,11 @@ def test_a_worker_killed_mid_launch_leaves_exactly_one_instance_per_claim(pipeli
     # Exactly one instance per NodeClaim, whatever the kill interrupted; none without a claim.
     assert {name: ids for name, ids in per_claim.items() if len(ids) != 1} == {}
     assert {name: ids[0] for name, ids in per_claim.items()} == claims
+    # Claims of one shape were launched as a batch: one fleet for the batch, kill or not.
+    batches = set(NodeClaim.objects.exclude(launch_batch="").values_list("launch_batch", flat=True))
+    assert batches and NodeClaim.objects.exclude(launch_batch="").count() > len(batches)
+    fleets = [f for f in _fleets(simulated_aws) if f.get("karpweb/launch-batch") in batches]
+    assert len(fleets) == len(batches)
 
 
 def test_scaling_down_consolidates_and_terminates_nodes_in_ec2(pipeline, simulated_aws):

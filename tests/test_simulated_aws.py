@@ -211,10 +211,10 @@ def test_an_exhausted_offering_fails_run_instances_as_ec2_does(ec2, subnets, ima
     ec2.run_instances(InstanceType="c6i.large", Placement={"AvailabilityZone": "us-east-1f"}, **launch)
 
 
-def fleet(ec2, launch_template, subnets, capacity_type, overrides, **extra):
+def fleet(ec2, launch_template, subnets, capacity_type, overrides, count=1, **extra):
     return ec2.create_fleet(
         Type="instant",
-        TargetCapacitySpecification={"TotalTargetCapacity": 1, "DefaultTargetCapacityType": capacity_type},
+        TargetCapacitySpecification={"TotalTargetCapacity": count, "DefaultTargetCapacityType": capacity_type},
         LaunchTemplateConfigs=[
             {
                 "LaunchTemplateSpecification": {"LaunchTemplateName": launch_template, "Version": "$Latest"},
@@ -265,6 +265,41 @@ def test_create_fleet_with_every_override_exhausted_launches_nothing(ec2, subnet
     assert len(spot["Instances"]) == 1 and "Errors" not in spot
 
 
+def test_a_fleet_fills_from_the_offerings_with_capacity_left_then_falls_short(
+    simulated_aws, ec2, subnets, launch_template, exhaust
+):
+    exhaust(["spot:c5.large:us-east-1a=2", "spot:c5.large:us-east-1b=1", "spot:c5.large:us-east-1c"])
+    overrides = [("c5.large", "us-east-1a"), ("c5.large", "us-east-1b"), ("c5.large", "us-east-1c")]
+    result = fleet(ec2, launch_template, subnets, "spot", overrides, count=5)
+    launched = [
+        (i["LaunchTemplateAndOverrides"]["Overrides"]["AvailabilityZone"], i["Lifecycle"]) for i in result["Instances"]
+    ]
+    assert sorted(launched) == [("us-east-1a", "spot"), ("us-east-1a", "spot"), ("us-east-1b", "spot")]
+    ids = [i for item in result["Instances"] for i in item["InstanceIds"]]
+    assert len(set(ids)) == 3
+    # Each pool that ran out, and the one that had nothing, is an error of the fleet.
+    errors = sorted(
+        (e["ErrorCode"], e["LaunchTemplateAndOverrides"]["Overrides"]["AvailabilityZone"]) for e in result["Errors"]
+    )
+    assert errors == [("InsufficientInstanceCapacity", z) for z in ("us-east-1a", "us-east-1b", "us-east-1c")]
+    # What is left shows on the control endpoint: nothing, until capacity is set again.
+    assert simulated_aws.insufficient_capacity() == [
+        "spot:c5.large:us-east-1a=0",
+        "spot:c5.large:us-east-1b=0",
+        "spot:c5.large:us-east-1c",
+    ]
+    again = fleet(ec2, launch_template, subnets, "spot", overrides[:1], count=1)
+    assert again["Instances"] == [] and len(again["Errors"]) == 1
+
+
+def test_a_limited_offering_serves_run_instances_until_none_is_left(ec2, subnets, image_id, exhaust):
+    exhaust(["on-demand:t3.small:*=1"])
+    launch = dict(ImageId=image_id, InstanceType="t3.small", MinCount=1, MaxCount=1, SubnetId=subnets["us-east-1a"])
+    ec2.run_instances(**launch)
+    with pytest.raises(ClientError, match="InsufficientInstanceCapacity"):
+        ec2.run_instances(**launch)
+
+
 def test_a_client_token_launches_once(ec2, subnets, launch_template, image_id):
     overrides = [("m5.xlarge", "us-east-1e")]
     first = fleet(ec2, launch_template, subnets, "on-demand", overrides, ClientToken="nodeclaim-uid-1")
@@ -312,6 +347,16 @@ def test_offering_keys():
     assert offerings.exhausted("on-demand", "c5.large", "b") and not offerings.exhausted("spot", "c5.large", "a")
     with pytest.raises(ValueError, match="capacity-type:instance-type:zone"):
         parse_offering_keys(["m5.large"])
+
+    limited = ExhaustedOfferings(["spot:m5.large:*=3", "spot:m5.large:a=1", "on-demand:c5.large:b=0"])
+    assert limited.keys() == ["on-demand:c5.large:b=0", "spot:m5.large:*=3", "spot:m5.large:a=1"]
+    assert limited.exhausted("on-demand", "c5.large", "b") and not limited.exhausted("spot", "m5.large", "a")
+    assert limited.take("spot", "m5.large", "a", 5) == 1  # the tighter of the two limits
+    assert limited.take("spot", "m5.large", "b", 5) == 2  # what the zone wildcard has left
+    assert limited.take("on-demand", "m5.large", "b", 5) == 5  # no limit for on-demand
+    assert limited.keys() == ["on-demand:c5.large:b=0", "spot:m5.large:*=0", "spot:m5.large:a=0"]
+    with pytest.raises(ValueError, match="whole number"):
+        parse_offering_keys(["spot:m5.large:a=two"])
 
 
 # ------------------------------------------------------------------ the process

@@ -10,7 +10,9 @@ credentials come from boto3's standard environment (``AWS_ENDPOINT_URL``,
   parameters of §1.2), the instance profile (created for ``role``).
 * Launch (§5): one launch template per EC2NodeClass, AMI and node settings, named by a hash
   of its content; then CreateFleet (instant) or RunInstances, ``ClientToken`` = the
-  NodeClaim uid, EC2 errors mapped to reasons for people (§4.6, §5.4).
+  NodeClaim uid, EC2 errors mapped to reasons for people (§4.6, §5.4). A batch of
+  NodeClaims of identical input (§5.1 item 8) is one CreateFleet under the batch's token,
+  each instance then tagged with its NodeClaim.
 
 This module makes the calls and turns botocore's errors into ours; what the calls carry
 and what their answers mean is worked out in modules without boto3: ``selectors``,
@@ -24,16 +26,18 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioning.cloud.base import (
+    BatchLaunch,
     CloudError,
     Image,
     Instance,
@@ -61,9 +65,10 @@ from provisioning.cloud.launchplan import (
     client_token,
     errors_summary,
     fleet_failure,
-    fleet_instance,
+    fleet_instances,
     fleet_request,
     launch_options,
+    pair_instances,
     plan_launch,
     run_instances_request,
     unique,
@@ -86,13 +91,16 @@ from provisioning.cloud.selectors import (
     selector_filters,
 )
 from provisioning.cloud.tags import (
+    LAUNCH_BATCH_TAG,
     NODECLAIM_TAG,
     NODEPOOL_TAG,
     base_tags,
+    batch_tags,
     instance_profile_name,
     instance_profile_path,
     instance_profile_tags,
     launch_tags,
+    nodeclaim_tags,
     tag_list,
     tag_specifications,
 )
@@ -103,6 +111,8 @@ log = logging.getLogger(__name__)
 BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3})
 MAX_RUN_INSTANCES_ATTEMPTS = 20  # offerings tried by one RunInstances launch before giving up
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
+OWNED_STATES = ("pending", "running", "stopping", "stopped")  # an instance a NodeClaim can still have
+Launched = TypeVar("Launched")
 TEMPLATE_CACHE_SECONDS = 60.0
 PROFILE_CACHE_SECONDS = 300.0
 
@@ -133,6 +143,10 @@ class _CapacityError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+    def of_fleet(self, request: LaunchRequest, planned: list[Planned]) -> CloudError:
+        """As a fleet answer that names no offering: every offering planned is exhausted."""
+        return fleet_failure({"Errors": [{"ErrorCode": self.code, "ErrorMessage": self.message}]}, request, planned)
 
 
 class AWSCloud:
@@ -450,10 +464,7 @@ class AWSCloud:
     # -------------------------------------------------------------- launch (§5.1)
 
     def launch(self, request: LaunchRequest) -> Instance:
-        if not request.nodeclass.ready:
-            raise NodeClassNotReady(
-                f"EC2NodeClass {request.nodeclass.name} is not ready: {'; '.join(request.nodeclass.problems)}"
-            )
+        self._check_ready(request)
         existing = None if request.first_attempt else self.find_instance(request.nodeclaim_name)
         if existing is not None:
             log.info("nodeclaim %s already has instance %s", request.nodeclaim_name, existing.id)
@@ -462,42 +473,104 @@ class AWSCloud:
             raise InsufficientCapacity(
                 f"NodeClaim {request.nodeclaim_name} has no {request.capacity_type} offering left to launch"
             )
-        for attempt in range(2):
-            planned = self.plan(request)
-            try:
-                if self.config.launch_api == "run-instances":
-                    return self._run_instances(request, planned)
-                return self._create_fleet(request, planned)
-            except CloudError as exc:
-                # A template deleted behind our back (cache TTL): forget, rebuild, retry once.
-                if attempt == 0 and exc.reason == "LaunchTemplateNotFound":
-                    self._forget_templates()
-                    continue
+        if self.config.launch_api == "run-instances":
+            return self._rebuilding_lost_templates(lambda: self._run_instances(request, self.plan(request)))
+        return self._rebuilding_lost_templates(lambda: self._create_fleet(request, self.plan(request)))
+
+    def _check_ready(self, request: LaunchRequest) -> None:
+        if not request.nodeclass.ready:
+            raise NodeClassNotReady(
+                f"EC2NodeClass {request.nodeclass.name} is not ready: {'; '.join(request.nodeclass.problems)}"
+            )
+
+    def _rebuilding_lost_templates(self, launch: Callable[[], Launched]) -> Launched:
+        """``launch()``; once more when a launch template was deleted behind our back (cache
+        TTL), after forgetting the cache so the templates are built again."""
+        try:
+            return launch()
+        except CloudError as exc:
+            if exc.reason != "LaunchTemplateNotFound":
                 raise
-        raise AssertionError("unreachable")
+        self._forget_templates()
+        return launch()
 
     def find_instance(self, nodeclaim_name: str) -> Instance | None:
         """The live instance already launched for a NodeClaim (a retried launch returns it)."""
+        return next(iter(self._owned_instances(NODECLAIM_TAG, nodeclaim_name)), None)
+
+    def _owned_instances(self, tag: str, value: str) -> list[Instance]:
+        """This cluster's instances tagged ``tag=value`` that a NodeClaim can still have."""
         filters = [
-            {"Name": f"tag:{NODECLAIM_TAG}", "Values": [nodeclaim_name]},
+            {"Name": f"tag:{tag}", "Values": [value]},
             {"Name": f"tag:{self.config.cluster_tag}", "Values": ["owned"]},
-            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+            {"Name": "instance-state-name", "Values": list(OWNED_STATES)},
         ]
-        for reservation in self._pages(self.ec2, "describe_instances", "Reservations", Filters=filters):
-            for raw in reservation.get("Instances", []):
-                return instance_from(raw)
-        return None
+        return [
+            instance_from(raw)
+            for reservation in self._pages(self.ec2, "describe_instances", "Reservations", Filters=filters)
+            for raw in reservation.get("Instances", [])
+        ]
 
     def _create_fleet(self, request: LaunchRequest, planned: list[Planned]) -> Instance:
         tags = launch_tags(request, self.config)
         kwargs = fleet_request(request, planned, tag_specifications(tags, ("instance", "volume", "fleet")))
-        response = self._launch_call("CreateFleet", self.ec2.create_fleet, request.nodeclaim_uid, kwargs)
-        launched = fleet_instance(response, request, tags)
+        try:
+            response = self._launch_call("CreateFleet", self.ec2.create_fleet, request.nodeclaim_uid, kwargs)
+        except _CapacityError as exc:
+            raise exc.of_fleet(request, planned) from exc
+        launched = next(iter(fleet_instances(response, request, tags)), None)
         if launched is None:
             raise fleet_failure(response, request, planned)
         if response.get("Errors"):
             log.info("fleet for %s launched despite errors: %s", request.nodeclaim_name, errors_summary(response))
         return self._describe_instance(launched.id) or launched
+
+    # -------------------------------------------------------------- a batch: one fleet (§5.1 step 8)
+
+    def launch_batch(self, request: LaunchRequest, nodeclaims: tuple[str, ...]) -> BatchLaunch:
+        """One instant CreateFleet of ``len(nodeclaims)`` instances under the batch's token
+        (``request.nodeclaim_uid``), then each instance tagged with its NodeClaim (CreateTags),
+        as upstream tags after launch. A retry first takes what an earlier attempt launched
+        (found by the batch tag; paired as that attempt paired them) and launches the rest."""
+        self._check_ready(request)
+        names = sorted(set(nodeclaims))
+        earlier = [] if request.first_attempt else self._owned_instances(LAUNCH_BATCH_TAG, request.nodeclaim_uid)
+        owned = pair_instances(names, earlier)
+        rest = [name for name in names if name not in owned]
+        shortfall: CloudError | None = None
+        if rest:
+            # The whole batch goes under the batch's token; a remainder under one derived from
+            # it and the NodeClaims left, so a retry of that remainder replays it as well.
+            token = request.nodeclaim_uid if len(rest) == len(names) else client_token(request.nodeclaim_uid, *rest)
+            fresh, shortfall = self._rebuilding_lost_templates(lambda: self._fleet(request, len(rest), token))
+            owned.update(pair_instances(rest, fresh))
+        tagged = {name: self._tag(instance, nodeclaim_tags(request, name)) for name, instance in owned.items()}
+        return BatchLaunch(tagged, shortfall if len(tagged) < len(names) else None)
+
+    def _fleet(self, request: LaunchRequest, count: int, token: str) -> tuple[list[Instance], CloudError | None]:
+        """``count`` instances of the request's capacity type from one CreateFleet, and why
+        fewer came when they did."""
+        if not any(o.capacity_type == request.capacity_type for o in request.options):
+            missing = f"NodeClaim {request.nodeclaim_name} has no {request.capacity_type} offering left to launch"
+            return [], InsufficientCapacity(missing)
+        planned = self.plan(request)
+        tags = batch_tags(request, self.config)
+        kwargs = fleet_request(request, planned, tag_specifications(tags, ("instance", "volume", "fleet")), count)
+        try:
+            response = self._launch_call("CreateFleet", self.ec2.create_fleet, token, kwargs)
+        except _CapacityError as exc:
+            return [], exc.of_fleet(request, planned)
+        instances = fleet_instances(response, request, tags)
+        if len(instances) < count:
+            return instances, fleet_failure(response, request, planned, count)
+        return instances, None
+
+    def _tag(self, instance: Instance, tags: dict[str, str]) -> Instance:
+        """``instance`` with ``tags`` (CreateTags, unless it has them already)."""
+        if tags.items() <= instance.tags.items():
+            return instance
+        self._call("CreateTags", self.ec2.create_tags, Resources=[instance.id], Tags=tag_list(tags))
+        return replace(instance, tags={**instance.tags, **tags})
 
     def _run_instances(self, request: LaunchRequest, planned: list[Planned]) -> Instance:
         exhausted: list[LaunchOption] = []

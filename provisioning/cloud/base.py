@@ -77,6 +77,9 @@ class LaunchOption:
 
 @dataclass(frozen=True)
 class LaunchRequest:
+    """What a launch needs. For a batch (:meth:`CloudProvider.launch_batch`) the name and
+    uid are the batch's: its token, the ClientToken of its CreateFleet."""
+
     nodeclaim_name: str
     nodeclaim_uid: str  # the EC2 ClientToken: a retried launch never starts a second instance
     nodepool: str
@@ -105,6 +108,15 @@ class Instance:
     @property
     def provider_id(self) -> str:
         return f"aws:///{self.zone}/{self.id}"
+
+
+@dataclass(frozen=True)
+class BatchLaunch:
+    """What one launch for several NodeClaims of identical launch input gave: an instance
+    for some, each tagged with its NodeClaim, and why the others got none."""
+
+    instances: dict[str, Instance]  # NodeClaim name → its instance
+    shortfall: CloudError | None = None  # set when a NodeClaim got no instance
 
 
 class CloudError(Exception):
@@ -157,6 +169,10 @@ class CloudProvider(Protocol):
     def resolve_nodeclass(self, name: str, spec: dict[str, Any]) -> ResolvedNodeClass: ...
 
     def launch(self, request: LaunchRequest) -> Instance: ...
+
+    def launch_batch(self, request: LaunchRequest, nodeclaims: tuple[str, ...]) -> BatchLaunch:
+        """One instance for each NodeClaim named, all with ``request``'s launch input, from one
+        call; a retry (``first_attempt`` false) takes what an earlier attempt launched first."""
 
     def terminate(self, instance_id: str) -> None: ...
 

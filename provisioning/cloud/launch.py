@@ -1,6 +1,7 @@
-"""Launch policy over any CloudProvider: insufficient-capacity fallback, throttling backoff,
-garbage collection of instances no NodeClaim owns. Pure: no boto3, no Django, no Redis
-(the ICE cache is reached through the callables passed in; the clock and sleep are injected).
+"""Launch policy over any CloudProvider: insufficient-capacity fallback, throttling backoff
+(for one NodeClaim and for a batch), garbage collection of instances no NodeClaim owns. Pure:
+no boto3, no Django, no Redis (the ICE cache is reached through the callables passed in; the
+clock and sleep are injected).
 
 Upstream (reference Part II §5.1 step 4, §5.2) has no in-call fallback: the ICE cache marks
 exhausted offerings and the next scheduling round launches elsewhere. Here one launch task
@@ -16,8 +17,10 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from provisioning.cloud.base import (
+    BatchLaunch,
     CloudError,
     CloudProvider,
     Instance,
@@ -33,6 +36,7 @@ THROTTLE_ATTEMPTS = 5
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 8.0
 GC_MIN_AGE = timedelta(seconds=30)
+Result = TypeVar("Result")
 
 
 def backoff_delay(attempt: int, rng: Callable[[], float] = random.random) -> float:
@@ -77,7 +81,13 @@ def launch_with_fallback(
                 break
             attempt = replace(request, options=remaining, capacity_type=capacity_type)
             try:
-                instance = _with_backoff(cloud, attempt, sleep, rng, throttle_attempts)
+                instance = with_backoff(
+                    lambda _, attempt=attempt: cloud.launch(attempt),
+                    f"nodeclaim {request.nodeclaim_name}",
+                    sleep=sleep,
+                    rng=rng,
+                    attempts=throttle_attempts,
+                )
             except InsufficientCapacity as exc:
                 last_error = exc
                 out = [o for o in exc.unavailable if o not in exhausted]
@@ -116,23 +126,48 @@ def launch_with_fallback(
     raise error
 
 
-def _with_backoff(
-    cloud: CloudProvider,
-    request: LaunchRequest,
-    sleep: Callable[[float], None],
-    rng: Callable[[], float],
-    attempts: int,
-) -> Instance:
+def with_backoff(
+    call: Callable[[int], Result],
+    what: str,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: Callable[[], float] = random.random,
+    attempts: int = THROTTLE_ATTEMPTS,
+) -> Result:
+    """``call(attempt)``, retried on :class:`Throttled` with exponential backoff and jitter,
+    ``attempts`` calls in all; the last :class:`Throttled` is raised."""
     for attempt in range(attempts):
         try:
-            return cloud.launch(request)
+            return call(attempt)
         except Throttled:
             if attempt + 1 >= attempts:
                 raise
             delay = backoff_delay(attempt, rng)
-            log.info("nodeclaim %s: throttled, retrying in %.2fs", request.nodeclaim_name, delay)
+            log.info("%s: throttled, retrying in %.2fs", what, delay)
             sleep(delay)
     raise AssertionError("unreachable")
+
+
+def launch_batch_with_backoff(
+    cloud: CloudProvider,
+    request: LaunchRequest,
+    nodeclaims: tuple[str, ...],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: Callable[[], float] = random.random,
+    throttle_attempts: int = THROTTLE_ATTEMPTS,
+) -> BatchLaunch:
+    """:meth:`CloudProvider.launch_batch`, throttling retried with backoff. A retry looks for
+    what the throttled attempt may have launched (it may have been throttled tagging)."""
+    return with_backoff(
+        lambda attempt: cloud.launch_batch(
+            request if attempt == 0 else replace(request, first_attempt=False), nodeclaims
+        ),
+        f"batch {request.nodeclaim_name}",
+        sleep=sleep,
+        rng=rng,
+        attempts=throttle_attempts,
+    )
 
 
 def garbage_collect(

@@ -12,6 +12,7 @@ from typing import Any
 from provisioning.cloud.base import CloudError, Image, Instance, LaunchOption, LaunchRequest, Subnet
 from provisioning.cloud.describe import TypeFacts
 from provisioning.cloud.errors import SPOT_SLR_CODE, cloud_error, insufficient_capacity, is_capacity_error
+from provisioning.cloud.tags import NODECLAIM_TAG
 
 MAX_INSTANCE_TYPES = 60  # CreateFleet overrides: at most 60 types × their zones (§5.1 step 3)
 
@@ -145,10 +146,10 @@ def run_instances_request(
 
 
 def fleet_request(
-    request: LaunchRequest, planned: list[Planned], tag_specifications: list[dict[str, Any]]
+    request: LaunchRequest, planned: list[Planned], tag_specifications: list[dict[str, Any]], count: int = 1
 ) -> dict[str, Any]:
-    """The instant CreateFleet arguments (but ``ClientToken``): one launch template config
-    per template, an override per offering with its price as priority."""
+    """The instant CreateFleet arguments (but ``ClientToken``) for ``count`` instances: one
+    launch template config per template, an override per offering with its price as priority."""
     configs: dict[str, dict[str, Any]] = {}
     for p in planned:
         config = configs.setdefault(
@@ -170,7 +171,7 @@ def fleet_request(
     kwargs: dict[str, Any] = {
         "Type": "instant",
         "TargetCapacitySpecification": {
-            "TotalTargetCapacity": 1,
+            "TotalTargetCapacity": count,
             "DefaultTargetCapacityType": request.capacity_type,
         },
         "LaunchTemplateConfigs": list(configs.values()),
@@ -185,33 +186,39 @@ def fleet_request(
     return kwargs
 
 
-def fleet_instance(response: dict[str, Any], request: LaunchRequest, tags: dict[str, str]) -> Instance | None:
-    """The instance a CreateFleet answer launched, as far as the answer tells; None when
-    it launched none."""
+def fleet_instances(response: dict[str, Any], request: LaunchRequest, tags: dict[str, str]) -> list[Instance]:
+    """The instances a CreateFleet answer launched, as far as the answer tells (EC2 lists the
+    ids launched from one override and lifecycle together)."""
+    instances = []
     for item in response.get("Instances", []):
-        ids = item.get("InstanceIds") or []
-        if not ids:
-            continue
         overrides = (item.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
-        return Instance(
-            id=ids[0],
-            instance_type=item.get("InstanceType") or overrides.get("InstanceType", ""),
-            zone=_override_zone(overrides, request),
-            capacity_type="spot" if item.get("Lifecycle") == "spot" else "on-demand",
-            state="pending",
-            image_id=overrides.get("ImageId", ""),
-            tags=tags,
-        )
-    return None
+        for instance_id in item.get("InstanceIds") or []:
+            instances.append(
+                Instance(
+                    id=instance_id,
+                    instance_type=item.get("InstanceType") or overrides.get("InstanceType", ""),
+                    zone=_override_zone(overrides, request),
+                    capacity_type="spot" if item.get("Lifecycle") == "spot" else "on-demand",
+                    state="pending",
+                    image_id=overrides.get("ImageId", ""),
+                    tags=tags,
+                )
+            )
+    return instances
 
 
-def fleet_failure(response: dict[str, Any], request: LaunchRequest, planned: list[Planned]) -> CloudError:
-    """Why a CreateFleet answer launched nothing: insufficient capacity naming the offerings
-    to mark unavailable when every error is capacity, else the first other error."""
+def fleet_failure(
+    response: dict[str, Any], request: LaunchRequest, planned: list[Planned], wanted: int = 1
+) -> CloudError:
+    """Why a CreateFleet answer launched fewer than ``wanted`` instances: insufficient
+    capacity naming the offerings to mark unavailable when every error is capacity, else
+    the first other error."""
     errors = response.get("Errors") or []
     if not errors:
+        launched = len(fleet_instances(response, request, {}))
+        what = f"{launched} of {wanted} instances" if launched else "no instance"
         return CloudError(
-            f"CreateFleet launched no instance for NodeClaim {request.nodeclaim_name} and gave no reason",
+            f"CreateFleet launched {what} for NodeClaim {request.nodeclaim_name} and gave no reason",
             reason="LaunchFailed",
         )
     others = [e for e in errors if not is_capacity_error(e.get("ErrorCode", ""))]
@@ -220,6 +227,23 @@ def fleet_failure(response: dict[str, Any], request: LaunchRequest, planned: lis
         return cloud_error(f"CreateFleet for NodeClaim {request.nodeclaim_name}", code, message)
     exhausted = [option for error in errors for option in _options_of_error(error, request, planned)]
     return insufficient_capacity(request, unique(exhausted), errors)
+
+
+def pair_instances(nodeclaims: Iterable[str], instances: Iterable[Instance]) -> dict[str, Instance]:
+    """Which instance of a batch is whose: the one tagged with a NodeClaim's name is that
+    NodeClaim's; the untagged ones go to the others, both in sorted order, so every attempt
+    at one batch pairs alike."""
+    names = sorted(set(nodeclaims))
+    pairs: dict[str, Instance] = {}
+    untagged = []
+    for instance in sorted(instances, key=lambda i: i.id):
+        owner = instance.tags.get(NODECLAIM_TAG)
+        if owner in names and owner not in pairs:
+            pairs[owner] = instance
+        elif not owner:
+            untagged.append(instance)
+    pairs.update(zip((n for n in names if n not in pairs), untagged, strict=False))
+    return pairs
 
 
 def errors_summary(response: dict[str, Any]) -> str:

@@ -15,6 +15,8 @@ NODEPOOL_TAG = NODEPOOL
 NODECLAIM_TAG = "karpenter.sh/nodeclaim"
 NODECLASS_TAG = "karpenter.k8s.aws/ec2nodeclass"
 CLUSTER_NAME_TAG = "eks:eks-cluster-name"
+# The token of the batch whose fleet launched an instance: a retried batch finds them by it.
+LAUNCH_BATCH_TAG = "karpweb/launch-batch"
 
 
 def tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
@@ -45,12 +47,23 @@ def base_tags(request: LaunchRequest, config: AWSConfig) -> dict[str, str]:
 
 
 def launch_tags(request: LaunchRequest, config: AWSConfig) -> dict[str, str]:
-    """Tags of the instance, its volumes and the fleet: the base tags, the NodeClaim and
-    ``Name`` (the EC2NodeClass may name its instances itself, as upstream allows)."""
-    tags = base_tags(request, config)
-    tags[NODECLAIM_TAG] = request.nodeclaim_name
-    tags.setdefault("Name", request.nodeclaim_name)
+    """Tags of the instance, its volumes and the fleet: the base tags and the NodeClaim's."""
+    return {**base_tags(request, config), **nodeclaim_tags(request, request.nodeclaim_name)}
+
+
+def nodeclaim_tags(request: LaunchRequest, nodeclaim: str) -> dict[str, str]:
+    """The tags that tie an instance to its NodeClaim: ``karpenter.sh/nodeclaim`` and ``Name``
+    (unless the EC2NodeClass names its instances itself, as upstream allows)."""
+    tags = {NODECLAIM_TAG: nodeclaim}
+    if "Name" not in (request.nodeclass_spec.get("tags") or {}):
+        tags["Name"] = nodeclaim
     return tags
+
+
+def batch_tags(request: LaunchRequest, config: AWSConfig) -> dict[str, str]:
+    """Tags of a batch's instances, volumes and fleet at launch: the base tags and the batch's
+    token; each instance gets its NodeClaim's tags once the fleet has answered."""
+    return {**base_tags(request, config), LAUNCH_BATCH_TAG: request.nodeclaim_uid}
 
 
 def instance_profile_name(config: AWSConfig, nodeclass: str) -> str:

@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -24,6 +25,7 @@ from provisioning.cloud.aws import AWSCloud, AWSConfig
 from provisioning.cloud.base import (
     CloudError,
     CloudProvider,
+    Instance,
     InsufficientCapacity,
     LaunchOption,
     LaunchRequest,
@@ -125,17 +127,10 @@ def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeC
     first_attempt = claim.launch_attempts == 0
     cloud = cloud or get_cloud()
     try:
-        request = dataclasses.replace(_launch_request(claim, cloud), first_attempt=first_attempt)
-        redis = get_redis()
+        request = dataclasses.replace(launch_request(claim, cloud), first_attempt=first_attempt)
+        mark_unavailable, is_unavailable = ice_cache(get_redis())
         instance = launch_with_fallback(
-            cloud,
-            request,
-            mark_unavailable=lambda option: ice.mark_unavailable(
-                redis, option.capacity_type, option.instance_type, option.zone, "InsufficientInstanceCapacity"
-            ),
-            is_unavailable=lambda option: ice.is_unavailable(
-                redis, option.capacity_type, option.instance_type, option.zone
-            ),
+            cloud, request, mark_unavailable=mark_unavailable, is_unavailable=is_unavailable
         )
     except Throttled:
         claim.move(NodeClaim.State.LAUNCHING, NodeClaim.State.PENDING)
@@ -144,8 +139,14 @@ def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeC
         claim.move(NodeClaim.State.LAUNCHING, NodeClaim.State.FAILED, reason=exc.reason, message=str(exc))
         log.warning("nodeclaim %s failed to launch: %s: %s", claim.name, exc.reason, exc)
         return claim
+    record_launched(claim, instance)
+    return claim
+
+
+def record_launched(claim: NodeClaim, instance: Instance) -> None:
+    """The claim being launched has its instance (unless a relaunch has taken it over)."""
     price = _price_of(claim, instance.instance_type, instance.zone, instance.capacity_type)
-    claim.move(
+    if claim.move(
         NodeClaim.State.LAUNCHING,
         NodeClaim.State.LAUNCHED,
         instance_id=instance.id,
@@ -156,19 +157,47 @@ def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeC
         launched_at=timezone.now(),
         reason="",
         message="",
-    )
-    log.info(
-        "nodeclaim %s launched %s %s in %s as %s",
-        claim.name,
-        instance.id,
-        instance.instance_type,
-        instance.zone,
-        instance.capacity_type,
-    )
-    return claim
+    ):
+        log.info(
+            "nodeclaim %s launched %s %s in %s as %s",
+            claim.name,
+            instance.id,
+            instance.instance_type,
+            instance.zone,
+            instance.capacity_type,
+        )
 
 
-def _launch_request(claim: NodeClaim, cloud: CloudProvider) -> LaunchRequest:
+def launch_input(claim: NodeClaim) -> str:
+    """What of a claim its launch request is made of (see :func:`launch_request`), as a key:
+    claims with equal keys launch identically, but for their names."""
+    return json.dumps(
+        [
+            claim.nodepool_name,
+            claim.nodeclass_name,
+            claim.launch_options,
+            claim.spec.get("taints") or [],
+            claim.spec.get("startupTaints") or [],
+        ],
+        sort_keys=True,
+    )
+
+
+def ice_cache(redis: Any) -> tuple[Callable[[LaunchOption], None], Callable[[LaunchOption], bool]]:
+    """``mark_unavailable`` and ``is_unavailable`` on the ICE cache in Redis."""
+
+    def mark_unavailable(option: LaunchOption) -> None:
+        ice.mark_unavailable(
+            redis, option.capacity_type, option.instance_type, option.zone, "InsufficientInstanceCapacity"
+        )
+
+    def is_unavailable(option: LaunchOption) -> bool:
+        return ice.is_unavailable(redis, option.capacity_type, option.instance_type, option.zone)
+
+    return mark_unavailable, is_unavailable
+
+
+def launch_request(claim: NodeClaim, cloud: CloudProvider) -> LaunchRequest:
     nodeclass = EC2NodeClass.objects.filter(name=claim.nodeclass_name).first()
     if nodeclass is None:
         raise NodeClassNotReady(f"EC2NodeClass {claim.nodeclass_name!r} does not exist")

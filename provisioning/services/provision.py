@@ -7,7 +7,8 @@ a Decision and NodeClaims.
    over ALL pending pods (not only those that opened the window).
 3. The run builds the solver's snapshot from the policies, the pods and nodes of the cluster
    and the NodeClaims in flight (as nodes holding the pods nominated to them), solves it,
-   and records one Decision with its NodeClaims; each claim's launch is its own task.
+   and records one Decision with its NodeClaims; claims of identical launch input launch
+   together by one fleet (``launchbatch``), the others each by its own task.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from django.utils import timezone
 from provisioning.cluster.simulated import node_manifest, pod_manifest
 from provisioning.models import ClusterNode, ClusterPod, Decision, EC2NodeClass, NodeClaim, NodePool
 from provisioning.scheduling.plan import ClaimPlan, Plan
+from provisioning.services import launchbatch
 from provisioning.services.connections import get_redis
 
 log = logging.getLogger(__name__)
@@ -237,13 +239,12 @@ def _record(
 
 
 def create_claims(planned: Sequence[ClaimPlan], *, decision=None, disruption=None) -> list[NodeClaim]:
-    """NodeClaim rows for planned claims, each launched by its own task once committed."""
-    from provisioning.tasks import launch_nodeclaim
-
+    """NodeClaim rows for planned claims, launched once committed: those of identical launch
+    input together by one fleet, the others each by its own task (``launchbatch``)."""
     nodepools = {p.name: p for p in NodePool.objects.all()}
     claims = [_claim(c, nodepools.get(c.nodepool), decision, disruption) for c in planned]
-    ids = [c.pk for c in claims]
-    transaction.on_commit(lambda: [launch_nodeclaim.delay(pk) for pk in ids])
+    launches = launchbatch.plan_launches(claims)
+    transaction.on_commit(lambda: launchbatch.dispatch(launches))
     return claims
 
 
@@ -302,16 +303,23 @@ def expire_unregistered(timeout_seconds: float | None = None, cloud=None) -> lis
 
 
 def relaunch_stuck(stuck_seconds: float | None = None) -> list[int]:
-    """Claims left in LAUNCHING by a worker that died: back to PENDING, to launch again."""
-    from provisioning.tasks import launch_nodeclaim
+    """Claims left in LAUNCHING by a worker that died: back to PENDING, to launch again; a
+    batch's claims as their batch, whose token finds what the dead worker launched."""
+    from provisioning.tasks import launch_nodeclaim, launch_nodeclaims
 
     seconds = stuck_seconds if stuck_seconds is not None else settings.KARPWEB_LAUNCH_STUCK_SECONDS
     cutoff = timezone.now() - timedelta(seconds=seconds)
     again = []
+    batches = set()
     for claim in NodeClaim.objects.filter(state=NodeClaim.State.LAUNCHING, launch_started_at__lt=cutoff):
         if claim.move(NodeClaim.State.LAUNCHING, NodeClaim.State.PENDING):
-            launch_nodeclaim.delay(claim.pk)
+            if claim.launch_batch:
+                batches.add(claim.launch_batch)
+            else:
+                launch_nodeclaim.delay(claim.pk)
             again.append(claim.pk)
+    for token in sorted(batches):
+        launch_nodeclaims.delay(token)
     return again
 
 

@@ -6,9 +6,12 @@
   or the capacity type matches any) get EC2's insufficient-capacity answers: RunInstances
   fails with ``InsufficientInstanceCapacity`` (HTTP 500, the EC2 XML error body), and an
   instant CreateFleet launches from the remaining overrides only, reporting each exhausted
-  override in ``errorSet``. The set comes from ``KARPWEB_SIM_INSUFFICIENT_CAPACITY``
-  (comma-separated) at start and from ``GET``/``POST /_karpweb/insufficient-capacity``
-  (JSON ``{"offerings": [...]}``; POST replaces the set) at runtime.
+  override in ``errorSet``. A key ending in ``=N`` has N instances left: launches take from
+  it until none is left, so an instant fleet of several instances can be filled in part
+  (from the next overrides, then short, each override that ran out in ``errorSet``, as
+  EC2 answers). The set comes from ``KARPWEB_SIM_INSUFFICIENT_CAPACITY`` (comma-separated)
+  at start and from ``GET``/``POST /_karpweb/insufficient-capacity`` (JSON
+  ``{"offerings": [...]}``; POST replaces the set; GET shows what is left) at runtime.
 * ``ClientToken`` makes RunInstances and CreateFleet idempotent as on EC2 (moto ignores
   it): a repeated token replays the first answer instead of launching again, and a token
   reused with different parameters gets ``IdempotentParameterMismatch``.
@@ -39,27 +42,37 @@ CAPACITY_TYPES = ("spot", "on-demand", "*")
 
 
 def parse_offering_keys(keys: Iterable[str]) -> set[str]:
-    """Validate ``capacity-type:instance-type:zone`` keys; raises ValueError naming a bad one."""
-    result = set()
+    """Validate ``capacity-type:instance-type:zone`` keys, each optionally ``=N`` (instances
+    left); raises ValueError naming a bad one."""
+    return set(_parse_limits(keys))
+
+
+def _parse_limits(keys: Iterable[str]) -> dict[str, int | None]:
+    """Keys as given → the offering and how many instances it has left (None: none at all)."""
+    result: dict[str, int | None] = {}
     for raw in keys:
         if not isinstance(raw, str):
             raise ValueError(f"{raw!r}: expected a string capacity-type:instance-type:zone")
         key = raw.strip()
         if not key:
             continue
-        parts = key.split(":")
+        offering, _, count = key.partition("=")
+        parts = offering.split(":")
         if len(parts) != 3 or not all(parts) or parts[0] not in CAPACITY_TYPES:
             raise ValueError(f"{key!r}: expected capacity-type:instance-type:zone, capacity type spot or on-demand")
-        result.add(key)
+        if count and not count.isdigit():
+            raise ValueError(f"{key!r}: the count after = must be a whole number of instances left")
+        result[offering] = int(count) if count else None
     return result
 
 
 class ExhaustedOfferings:
-    """The offerings without capacity, shared by the request threads."""
+    """The offerings without capacity, or with only a few instances left, shared by the
+    request threads."""
 
     def __init__(self, keys: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
-        self._keys = frozenset(parse_offering_keys(keys))
+        self._left = _parse_limits(keys)  # offering → instances left; None: exhausted
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> ExhaustedOfferings:
@@ -67,20 +80,31 @@ class ExhaustedOfferings:
         return cls(raw.split(","))
 
     def keys(self) -> list[str]:
-        return sorted(self._keys)
+        with self._lock:
+            return sorted(k if n is None else f"{k}={n}" for k, n in self._left.items())
 
     def replace(self, keys: Iterable[str]) -> list[str]:
-        parsed = frozenset(parse_offering_keys(keys))
+        parsed = _parse_limits(keys)
         with self._lock:
-            self._keys = parsed
-        return sorted(parsed)
+            self._left = parsed
+        return self.keys()
 
     def exhausted(self, capacity_type: str, instance_type: str, zone: str | None) -> bool:
-        keys = self._keys
-        for ct in (capacity_type, "*"):
-            if f"{ct}:{instance_type}:*" in keys or (zone and f"{ct}:{instance_type}:{zone}" in keys):
-                return True
-        return False
+        return self.take(capacity_type, instance_type, zone, 1, dry_run=True) == 0
+
+    def take(self, capacity_type: str, instance_type: str, zone: str | None, wanted: int, dry_run: bool = False) -> int:
+        """How many of ``wanted`` instances the offering can launch now; they are taken from
+        every limit that matches it (unless ``dry_run``)."""
+        zones = ("*", zone) if zone else ("*",)
+        candidates = [f"{ct}:{instance_type}:{z}" for ct in (capacity_type, "*") for z in zones]
+        with self._lock:
+            limits = {key: self._left[key] for key in candidates if key in self._left}
+            granted = min([wanted, *(left or 0 for left in limits.values())])
+            if not dry_run:
+                for key, left in limits.items():
+                    if left is not None:
+                        self._left[key] = left - granted
+            return granted
 
 
 def insufficient_capacity_message(capacity_type: str, instance_type: str, zone: str | None, zones: list[str]) -> str:
@@ -311,7 +335,7 @@ class CapacityMiddleware:
         )
         market = get("InstanceMarketOptions.MarketType") or (data.get("InstanceMarketOptions") or {}).get("MarketType")
         capacity_type = "spot" if market == "spot" else "on-demand"
-        if self.offerings.exhausted(capacity_type, instance_type, zone):
+        if self.offerings.take(capacity_type, instance_type, zone, 1) == 0:
             message = insufficient_capacity_message(capacity_type, instance_type, zone, self._zones(ec2))
             return ec2_error("InsufficientInstanceCapacity", message), False
         response = self._forward(environ)
@@ -344,7 +368,10 @@ class CapacityMiddleware:
             else:
                 config.fields.append((rest, value))
 
-        kept: list[tuple[_FleetConfig, list[list[tuple[str, str]]]]] = []
+        # Like EC2, fill the target from the overrides in order, each up to what it has left;
+        # an override exhausted, or run out before the target was met, is an errorSet item.
+        needed = int(get("TargetCapacitySpecification.TotalTargetCapacity") or 1)
+        pools: list[tuple[_FleetConfig, list[tuple[str, str]], int]] = []  # config, override, instances
         errors: list[str] = []
         zones = self._zones(ec2)
         for config in (configs[i] for i in sorted(configs)):
@@ -354,7 +381,6 @@ class CapacityMiddleware:
                 config.field("LaunchTemplateSpecification.LaunchTemplateName"),
                 config.field("LaunchTemplateSpecification.Version"),
             )
-            survivors = []
             for _number, fields in sorted(config.overrides, key=lambda o: o[0]) or [(0, [])]:
                 values = dict(fields)
                 instance_type = values.get("InstanceType") or data.get("InstanceType", "")
@@ -364,17 +390,21 @@ class CapacityMiddleware:
                     or self._template_zone(ec2, data)
                 )
                 if instance_type and self.offerings.exhausted(capacity_type, instance_type, zone):
+                    got = 0
+                elif not needed:
+                    continue
+                else:
+                    got = self.offerings.take(capacity_type, instance_type, zone, needed) if instance_type else needed
+                    pools.append((config, fields, got))
+                    needed -= got
+                if not got or needed:
                     message = insufficient_capacity_message(capacity_type, instance_type, zone, zones)
                     errors.append(self._error_item(config, template, values, capacity_type, message))
-                else:
-                    survivors.append(fields)
-            if survivors:
-                kept.append((config, survivors))
 
         if not errors:
             response = self._forward(environ)
             return response, response[0].startswith("200")
-        if not kept:
+        if not pools:
             fleet_id = f"fleet-{uuid.uuid4()}"
             body = (
                 f'<?xml version="1.0" encoding="UTF-8"?>\n<CreateFleetResponse xmlns="{EC2_XMLNS}">'
@@ -383,17 +413,21 @@ class CapacityMiddleware:
             ).encode()
             return ("200 OK", [("Content-Type", "text/xml")], body), False
 
-        rewritten = list(others)
-        for new_index, (config, survivors) in enumerate(kept, start=1):
-            prefix = f"LaunchTemplateConfigs.{new_index}."
+        # moto launches a whole fleet from one override: one fleet per pool, answered as one.
+        answers = []
+        target = "TargetCapacitySpecification.TotalTargetCapacity"
+        prefix = "LaunchTemplateConfigs.1."
+        for config, fields, count in pools:
+            rewritten = [(k, str(count) if k == target else v) for k, v in others]
             rewritten += [(prefix + k, v) for k, v in config.fields]
             if config.overrides:
-                for new_number, fields in enumerate(survivors, start=1):
-                    rewritten += [(f"{prefix}Overrides.{new_number}.{k}", v) for k, v in fields]
-        status, headers, body = self._forward(environ, rewritten)
-        if not status.startswith("200"):
-            return (status, headers, body), False
-        return (status, headers, _add_fleet_errors(body, errors)), True
+                rewritten += [(f"{prefix}Overrides.1.{k}", v) for k, v in fields]
+            answer = self._forward(environ, rewritten)
+            if not answer[0].startswith("200"):
+                return answer, False
+            answers.append(answer[2])
+        status, headers, _ = answer
+        return (status, headers, _add_fleet_errors(_merge_fleet_instances(answers), errors)), True
 
     @staticmethod
     def _error_item(config: _FleetConfig, template: Any, values: dict[str, str], lifecycle: str, message: str) -> str:
@@ -417,6 +451,23 @@ class CapacityMiddleware:
             f"<lifecycle>{escape(lifecycle)}</lifecycle><errorCode>InsufficientInstanceCapacity</errorCode>"
             f"<errorMessage>{escape(message)}</errorMessage></item>"
         )
+
+
+def _merge_fleet_instances(bodies: list[bytes]) -> bytes:
+    """The first CreateFleet answer with the launched instances of all of them."""
+    first, *rest = (body.decode("utf-8") for body in bodies)
+    items = "".join(_between(text, "<fleetInstanceSet>", "</fleetInstanceSet>") for text in rest)
+    if not items:
+        return first.encode()
+    if "<fleetInstanceSet>" in first:
+        return first.replace("</fleetInstanceSet>", f"{items}</fleetInstanceSet>", 1).encode()
+    return re.sub(r"<fleetInstanceSet\s*/>", f"<fleetInstanceSet>{items}</fleetInstanceSet>", first, count=1).encode()
+
+
+def _between(text: str, start: str, end: str) -> str:
+    if start not in text:
+        return ""
+    return text.split(start, 1)[1].rsplit(end, 1)[0]
 
 
 def _add_fleet_errors(body: bytes, items: list[str]) -> bytes:
