@@ -20,7 +20,7 @@ from provisioning.cluster import simulated
 from provisioning.models import AuditEntry, ClusterPod, Decision, NodeClaim, NodePool
 from provisioning.services import catalog as catalog_service
 from provisioning.services import cloud as cloud_service
-from provisioning.services import connections, provision
+from provisioning.services import connections, launchbatch, provision
 from provisioning.services.policy import apply_manifest
 from provisioning.services.simulate import default_solver
 
@@ -101,8 +101,8 @@ def log_in(page, username: str, role: str) -> None:
 @pytest.fixture
 def simulated_cloud(simulated_aws, redis_url, settings, monkeypatch, seed_ec2nodeclass):
     """The simulated AWS behind boto3, the seed's EC2NodeClass and an on-demand NodePool;
-    launches are queued to a list the test drains, instead of a Celery worker."""
-    from provisioning import tasks
+    launches (a batch or a single claim) are queued to a list the test drains, instead of
+    to a Celery worker."""
 
     for key, value in simulated_aws.env().items():
         monkeypatch.setenv(key, value)
@@ -111,8 +111,8 @@ def simulated_cloud(simulated_aws, redis_url, settings, monkeypatch, seed_ec2nod
     settings.KARPWEB_CLUSTER_NAME = "karpweb-browser-test"
     connections.reset()
     cloud_service.get_cloud.cache_clear()
-    queued: list[int] = []
-    monkeypatch.setattr(tasks.launch_nodeclaim, "delay", queued.append)
+    queued: list[list[NodeClaim]] = []
+    monkeypatch.setattr(launchbatch, "dispatch", queued.extend)
     apply_policies(seed_ec2nodeclass)
     yield queued
     connections.reset()
@@ -134,8 +134,11 @@ def test_log_in_watch_a_pending_pod_get_a_node_and_open_its_decision(page, simul
     # One pass of the pipeline: decide, launch through boto3, the kubelet registers, bind.
     decision = provision.provision_once()
     assert decision is not None and simulated_cloud
-    for claim_id in simulated_cloud:
-        cloud_service.launch_nodeclaim(claim_id)
+    for launch in simulated_cloud:  # what the launch tasks do
+        if launch[0].launch_batch:
+            launchbatch.launch_batch(launch[0].launch_batch)
+        else:
+            cloud_service.launch_nodeclaim(launch[0].pk)
     catalog = catalog_service.load_catalog()
     assert simulated.register_launched(0, catalog.instance_type)
     assert simulated.bind_pending(default_solver()) == 1
