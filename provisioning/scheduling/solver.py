@@ -41,6 +41,7 @@ from provisioning.scheduling.pools import Daemon, PoolModel
 from provisioning.scheduling.preferences import Variant, variants
 from provisioning.scheduling.quantity import format_quantity
 from provisioning.scheduling.requirements import IN, Requirement, Requirements
+from provisioning.scheduling.rooms import RoomTable
 from provisioning.scheduling.snapshot import Snapshot
 from provisioning.scheduling.taints import TOLERATE_PREFER_NO_SCHEDULE, Taint, untolerated
 from provisioning.scheduling.topology import (
@@ -109,13 +110,8 @@ class _Run:
         self.unreached: list[str] = []
         self._vector: dict[object, np.ndarray] = {}
         self._dead: dict[tuple, np.ndarray] = {}  # (shape, variant) → claims that refused it for good
-        self._room = np.zeros((64, len(self.resources)), dtype=np.int64)  # per claim: cap − used
-        self._room_now = np.zeros((64, len(self.resources)), dtype=np.int64)  # its cheapest type − used
-        self._open_now = np.zeros(64, dtype=bool)  # its cheapest type holds the smallest pod
-        # Per resource, the least any pending pod asks: a claim with less room takes none.
-        self._smallest = np.array(
-            [min((p.requests.get(r, 0) for p in snapshot.pods), default=0) for r in self.resources], dtype=np.int64
-        )
+        smallest = [min((p.requests.get(r, 0) for p in snapshot.pods), default=0) for r in self.resources]
+        self._rooms = RoomTable(len(self.resources), np.array(smallest, dtype=np.int64))
         self._claim_index: dict[int, int] = {}
         self._alone_cost: dict[tuple, float] = {}
         self._eligible_cache: dict[tuple, frozenset[str]] = {}
@@ -375,15 +371,15 @@ class _Run:
                 grown[: len(dead)] = dead
             dead = self._dead[key] = grown
         alive = ~dead[:n]
+        rooms = self._rooms
         if self.strategy == LARGEST:
-            return np.flatnonzero(alive & (self._room[:n] >= vector).all(axis=1)).tolist()
+            return np.flatnonzero(alive & rooms.largest_holds(vector, 0, n)).tolist()
         # Only claims whose cheapest type has room for the smallest pod can take one as they are.
-        rows = np.flatnonzero(alive & self._open_now[:n])
-        now = rows[(self._room_now[rows] >= vector).all(axis=1)]
+        now = np.flatnonzero(alive & rooms.open_now(n) & rooms.cheapest_holds(vector, 0, n))
         # Growing is tried on the most recent claims only (the ones still filling up).
         tail = max(0, n - UPSIZE_WINDOW)
-        recent = alive[tail:] & (self._room[tail:n] >= vector).all(axis=1)
-        recent &= ~(self._room_now[tail:n] >= vector).all(axis=1)
+        recent = alive[tail:] & rooms.largest_holds(vector, tail, n)
+        recent &= ~rooms.cheapest_holds(vector, tail, n)
         later = tail + np.flatnonzero(recent)[-UPSIZE_CANDIDATES:]
         # Lazily: the first few usually take the pod, so most indices are never looked at.
         return itertools.chain(map(int, now), map(int, later))
@@ -392,15 +388,9 @@ class _Run:
         self._dead[key][index] = True
 
     def _update_room(self, b: Bin, index: int) -> None:
-        if index >= len(self._room):
-            size = (max(64, len(self._room) * 2), len(self.resources))
-            self._room = np.concatenate([self._room, np.zeros(size, dtype=np.int64)])[: size[0]]
-            self._room_now = np.concatenate([self._room_now, np.zeros(size, dtype=np.int64)])[: size[0]]
-            self._open_now = np.concatenate([self._open_now, np.zeros(size[0], dtype=bool)])[: size[0]]
         assert b.cap is not None and b.pool is not None
-        self._room[index] = b.cap - b.used
-        self._room_now[index] = (b.pool.usable[b.cheapest] - b.used) if b.cheapest is not None else -1
-        self._open_now[index] = bool((self._room_now[index] >= self._smallest).all())
+        cheapest = (b.pool.usable[b.cheapest] - b.used) if b.cheapest is not None else None
+        self._rooms.set(index, b.cap - b.used, cheapest)
 
     def _worth_it(self, pod: Pod, variant: Variant, b: Bin, idx, requirements: Requirements, count: int) -> bool:
         """Cost-aware packing: a claim takes more pods only while that raises its price by no
