@@ -333,24 +333,49 @@ class _Run:
             return None, True
         if not self._inverse_ok(pod, b) or self._hostname_refuses(pod, variant, b):
             return None, True
-        requirements = self._pin_domains(pod, variant, b.requirements.merge(variant.requirements), b)
+        merged = b.requirements.merge(variant.requirements)
+        requirements = self._pin_domains(pod, variant, merged, b)
         if requirements is None:
             return None, False
-        if self._fits_as_is(b, requirements, b.used + vector * count):
+        used = b.used + vector * count
+        if self._fits_as_is(b, requirements, used):
             return requirements, False  # same requirements, same cheapest type: nothing to narrow
-        idx = self._narrow(b, requirements, b.used + vector * count)
+        if self.strategy != LARGEST and not _has_min_values(requirements):
+            if self._affordable(pod, variant, b, requirements, used, count):
+                return requirements, False
+            # Not worth it stands, as does "no type holds them" unless pinning added a domain.
+            return None, len(requirements) == len(merged) or bool(len(self._narrow(b, requirements, used)))
+        idx = self._narrow(b, requirements, used)
         if not len(idx) or (_has_min_values(requirements) and not model.min_values_ok(requirements, _mask(model, idx))):
-            return None, len(requirements) == len(b.requirements.merge(variant.requirements))
+            return None, len(requirements) == len(merged)
         if self.strategy != LARGEST and not self._worth_it(pod, variant, b, idx, requirements, count):
             return None, True
         return requirements, False
 
-    def _narrow(self, b: Bin, requirements: Requirements, used: np.ndarray) -> np.ndarray:
-        """The claim's remaining types that meet ``requirements``, hold ``used`` and fit the
-        pool's limits (work on the claim's few candidates, not the whole catalog)."""
+    def _affordable(
+        self, pod: Pod, variant: Variant, b: Bin, requirements: Requirements, used: np.ndarray, count: int
+    ) -> bool:
+        """``_worth_it`` over the claim's types that hold ``used`` under ``requirements``,
+        looking only at those already cheap enough at the claim's current prices: pinning a
+        domain never makes a type cheaper, so the others cannot pass (most claims keep
+        hundreds of types, few of them within the allowance)."""
         model = b.pool
         assert model is not None and b.idx is not None
-        idx = b.idx
+        allowance = self._alone(pod, variant, model) * count * WORTH_IT_SLACK
+        cheap = b.idx[model.prices(b.requirements)[b.idx] - b.price <= allowance]
+        idx = self._narrow(b, requirements, used, cheap)
+        return bool(len(idx)) and self._worth_it(pod, variant, b, idx, requirements, count)
+
+    def _narrow(
+        self, b: Bin, requirements: Requirements, used: np.ndarray, idx: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The claim's remaining types (or those of them in ``idx``) that meet
+        ``requirements``, hold ``used`` and fit the pool's limits (work on the claim's few
+        candidates, not the whole catalog)."""
+        model = b.pool
+        assert model is not None and b.idx is not None
+        if idx is None:
+            idx = b.idx
         keep = model.type_mask(requirements)[idx] & (model.usable[idx] >= used).all(axis=1)
         limits = self._limit_mask(model, b)
         if limits is not model.everything:
