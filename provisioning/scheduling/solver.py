@@ -60,6 +60,8 @@ LARGEST, PACKED = "largest", "packed"
 PACK_SECONDS_PER_POD, PACK_SECONDS_MIN, PACK_SECONDS_MAX = 0.0003, 0.1, 2.0
 # A claim may grow while its price rises by at most this much more than the pod alone costs.
 WORTH_IT_SLACK = 1.05
+# Whether a claim has any type left for more pods is first asked of every this-many-th type.
+SAMPLE_STRIDE = 32
 # Claims that would have to grow to a bigger type are tried only this many at a time.
 UPSIZE_CANDIDATES = 4
 # ... among this many of the most recent claims.
@@ -344,7 +346,7 @@ class _Run:
             if self._affordable(pod, variant, b, requirements, used, count):
                 return requirements, False
             # Not worth it stands, as does "no type holds them" unless pinning added a domain.
-            return None, len(requirements) == len(merged) or bool(len(self._narrow(b, requirements, used)))
+            return None, len(requirements) == len(merged) or self._some_type_holds(b, requirements, used)
         idx = self._narrow(b, requirements, used)
         if not len(idx) or (_has_min_values(requirements) and not model.min_values_ok(requirements, _mask(model, idx))):
             return None, len(requirements) == len(merged)
@@ -365,6 +367,14 @@ class _Run:
         cheap = b.idx[model.prices(b.requirements)[b.idx] - b.price <= allowance]
         idx = self._narrow(b, requirements, used, cheap)
         return bool(len(idx)) and self._worth_it(pod, variant, b, idx, requirements, count)
+
+    def _some_type_holds(self, b: Bin, requirements: Requirements, used: np.ndarray) -> bool:
+        """Whether ``_narrow`` would keep any type. A claim keeps hundreds of types and most
+        hold a few more pods, so a sample spread over them usually answers first."""
+        assert b.idx is not None
+        return bool(len(self._narrow(b, requirements, used, b.idx[::SAMPLE_STRIDE]))) or bool(
+            len(self._narrow(b, requirements, used))
+        )
 
     def _narrow(
         self, b: Bin, requirements: Requirements, used: np.ndarray, idx: np.ndarray | None = None
