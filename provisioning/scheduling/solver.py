@@ -117,7 +117,8 @@ class _Run:
         self._claim_index: dict[int, int] = {}
         self._alone_cost: dict[tuple, float] = {}
         self._eligible_cache: dict[tuple, frozenset[str]] = {}
-        self._options: dict[tuple, list[InstanceTypeOption]] = {}
+        self._price_orders: dict[tuple, np.ndarray] = {}
+        self._options: dict[tuple, tuple[list[InstanceTypeOption], Requirement]] = {}
 
     # ---------------------------------------------------------------- set-up
 
@@ -849,6 +850,26 @@ class _Run:
 
     # ---------------------------------------------------------------- the plan
 
+    def _cheapest_options(self, b: Bin, limit: int) -> tuple[list[InstanceTypeOption], Requirement]:
+        """The claim's ``limit`` cheapest types that hold its pods, as options and as the
+        instance-type requirement. Claims opened alike share their (possibly stale) types:
+        those are priced and sorted once, and each claim keeps the first that hold it."""
+        model = b.pool
+        assert model is not None and b.idx is not None
+        zone, capacity_type = b.requirements.get(ZONE), b.requirements.get(CAPACITY_TYPE)
+        key = (model.name, b.idx.tobytes(), zone, capacity_type)
+        order = self._price_orders.get(key)
+        if order is None:
+            order = self._price_orders[key] = model.by_price(b.idx, b.requirements)
+        kept = _first_holding(model.usable, order, b.used, limit)
+        key = (model.name, kept.tobytes(), zone, capacity_type)
+        found = self._options.get(key)
+        if found is None:
+            options = model.options_in_order(kept, b.requirements)
+            types = Requirement.of("node.kubernetes.io/instance-type", IN, [o.instance_type for o in options])
+            found = self._options[key] = (options, types)
+        return found
+
     def score(self) -> tuple[int, float]:
         """Fewer unschedulable pods first, then the lower price (what ``solve`` compares)."""
         return len(self.unschedulable), round(sum(b.price for b in self.claims if b.pods), 6)
@@ -870,29 +891,23 @@ class _Run:
         return len(node.pods) if node is not None else 0
 
     def _finish(self, b: Bin) -> ClaimPlan:
-        self._exact(b)
         model = b.pool
         assert model is not None and b.idx is not None
-        mask = b.mask
         limit = self.snapshot.max_instance_types
         if any(r.min_values for r in b.requirements.values()):
             # Keep as many beyond the cap as minValues needs, cheapest first.
-            options = model.options(mask, b.requirements)
+            self._exact(b)
+            options = model.options(b.mask, b.requirements)
             labels = [model.types[model.index_of(o.instance_type)].labels for o in options]
             options = options[: max(limit, b.requirements.min_values_prefix(labels) or 0)]
+            types = Requirement.of("node.kubernetes.io/instance-type", IN, [o.instance_type for o in options])
         else:
-            # Claims of one shape share their candidate types: price and sort them once.
-            key = (model.name, b.idx.tobytes(), b.requirements.get(ZONE), b.requirements.get(CAPACITY_TYPE))
-            options = self._options.get(key)
-            if options is None:
-                options = self._options[key] = model.options(mask, b.requirements, limit)
+            options, types = self._cheapest_options(b, limit)
         chosen = options[0]
         index = model.index_of(chosen.instance_type)
         requests = {r: int(v) for r, v in zip(self.resources, b.used + model.overhead[index], strict=True) if v}
         pods = tuple(p.key for p in b.pods)
-        requirements = b.requirements.add(
-            Requirement.of("node.kubernetes.io/instance-type", IN, [o.instance_type for o in options])
-        )
+        requirements = b.requirements.add(types)
         return ClaimPlan(
             name=b.name,
             nodepool=model.name,
@@ -952,6 +967,16 @@ def _mask(model: PoolModel, idx: np.ndarray) -> np.ndarray:
     mask = np.zeros(len(model), dtype=bool)
     mask[idx] = True
     return mask
+
+
+def _first_holding(usable: np.ndarray, order: np.ndarray, used: np.ndarray, limit: int) -> np.ndarray:
+    """The first ``limit`` types of ``order`` whose usable resources hold ``used``; the
+    cheapest few usually do, so they are looked at first."""
+    head = order[: 2 * limit]
+    kept = head[(usable[head] >= used).all(axis=1)]
+    if len(kept) >= limit or len(head) == len(order):
+        return kept[:limit]
+    return order[(usable[order] >= used).all(axis=1)][:limit]
 
 
 def _has_min_values(requirements: Requirements) -> bool:
