@@ -118,6 +118,7 @@ class _Run:
         self._alone_cost: dict[tuple, float] = {}
         self._eligible_cache: dict[tuple, frozenset[str]] = {}
         self._price_orders: dict[tuple, np.ndarray] = {}
+        self._new_types: dict[tuple, tuple[np.ndarray, tuple] | None] = {}
         self._options: dict[tuple, tuple[list[InstanceTypeOption], Requirement]] = {}
 
     # ---------------------------------------------------------------- set-up
@@ -526,21 +527,39 @@ class _Run:
         self._commit_capacity(model, b)
         self._commit(pod, b, variant, vector, add_usage=False)
 
-    def _set_idx(self, b: Bin, idx: np.ndarray) -> None:
-        """Every change of a claim's types or usage goes through here (its room follows)."""
+    def _set_idx(self, b: Bin, idx: np.ndarray, extent: tuple | None = None) -> None:
+        """Every change of a claim's types or usage goes through here (its room follows);
+        ``extent`` is ``_extent`` of ``idx`` when already known."""
         model = b.pool
         assert model is not None
         b.idx = idx
-        if len(idx):
-            b.cap = model.usable[idx].max(axis=0)
-            prices = model.prices(b.requirements)[idx]
-            best = int(prices.argmin())
-            b.cheapest, b.price = int(idx[best]), float(prices[best])
-        else:
-            b.cap, b.cheapest, b.price = np.zeros(len(self.resources), dtype=np.int64), None, float("inf")
+        b.cap, b.cheapest, b.price = extent or _extent(model, b.requirements, idx)
         index = self._claim_index.get(id(b))
         if index is not None:
             self._update_room(b, index)
+
+    def _new_claim_types(
+        self, model: PoolModel, requirements: Requirements, vector: np.ndarray, count: int
+    ) -> tuple[np.ndarray, tuple] | None:
+        """The types a new claim for ``count`` such pods starts with and their ``_extent``
+        (None: no type will do). Unless limits apply, that depends on nothing a placement
+        changes, so claims opened alike share one answer."""
+        limits = self._limit_mask(model, None)
+        key = (model.name, requirements, vector.tobytes(), count) if limits is model.everything else None
+        if key is not None and key in self._new_types:
+            return self._new_types[key]
+        mask = _prefer_ordinary(
+            model, model.fits(model.type_mask(requirements), vector * count) & limits, vector, self.resources
+        )
+        found = None
+        if mask.any() and model.min_values_ok(requirements, mask):
+            idx = np.flatnonzero(mask)
+            extent = _extent(model, requirements, idx)
+            idx.flags.writeable = extent[0].flags.writeable = False  # shared by the claims opened alike
+            found = idx, extent
+        if key is not None:
+            self._new_types[key] = found
+        return found
 
     def _open(self, pod: Pod, variant: Variant, model: PoolModel, vector: np.ndarray, count: int) -> Bin | None:
         if not len(model) or untolerated(self._tolerations(pod, variant), model.taints) is not None:
@@ -552,9 +571,8 @@ class _Run:
         requirements = self._pin_domains(pod, variant, model.requirements.merge(variant.requirements), None)
         if requirements is None:
             return None
-        mask = model.fits(model.type_mask(requirements), vector * count) & self._limit_mask(model, None)
-        mask = _prefer_ordinary(model, mask, vector, self.resources)
-        if not mask.any() or not model.min_values_ok(requirements, mask):
+        types = self._new_claim_types(model, requirements, vector, count)
+        if types is None:
             return None
         self.counter += 1
         b = Bin(
@@ -565,7 +583,7 @@ class _Run:
             pool=model,
             origin=pod.key,
         )
-        self._set_idx(b, np.flatnonzero(mask))
+        self._set_idx(b, *types)
         self._claim_index[id(b)] = len(self.claims)
         self.claims.append(b)
         self._update_room(b, len(self.claims) - 1)
@@ -967,6 +985,16 @@ def _mask(model: PoolModel, idx: np.ndarray) -> np.ndarray:
     mask = np.zeros(len(model), dtype=bool)
     mask[idx] = True
     return mask
+
+
+def _extent(model: PoolModel, requirements: Requirements, idx: np.ndarray) -> tuple:
+    """Of the types ``idx``: the most each resource can hold, the cheapest type under
+    ``requirements`` (first of equals) and its price."""
+    if not len(idx):
+        return np.zeros(len(model.resources), dtype=np.int64), None, float("inf")
+    prices = model.prices(requirements)[idx]
+    best = int(prices.argmin())
+    return model.usable[idx].max(axis=0), int(idx[best]), float(prices[best])
 
 
 def _first_holding(usable: np.ndarray, order: np.ndarray, used: np.ndarray, limit: int) -> np.ndarray:
