@@ -289,7 +289,9 @@ class _Problem:
 
 def _copies(demand: np.ndarray, usable: np.ndarray) -> np.ndarray:
     """How many pods of each class one empty node of each type holds (classes × types)."""
-    need = demand[:, None, :]
-    with np.errstate(divide="ignore"):
-        per = np.where(need > 0, usable[None, :, :] // np.where(need > 0, need, 1), np.iinfo(np.int64).max)
-    return np.maximum(per.min(axis=2), 0)
+    copies = np.full((len(demand), len(usable)), np.iinfo(np.int64).max, dtype=np.int64)
+    for j in range(demand.shape[1]):  # a resource at a time, dividing only where pods ask for it
+        asks = np.flatnonzero(demand[:, j] > 0)
+        if len(asks):
+            copies[asks] = np.minimum(copies[asks], usable[None, :, j] // demand[asks, j, None])
+    return np.maximum(copies, 0)
