@@ -201,6 +201,8 @@ class _Problem:
                     added += 1
             # The greedy fills miss mixes; the types that look best get an exact knapsack.
             for t in sorted(gains, key=lambda t: -gains[t])[:EXACT_TYPES]:
+                if time.perf_counter() > deadline:
+                    break  # each knapsack may take its time limit: none starts after the deadline
                 pattern = self._knapsack(t, value)
                 if pattern is not None and float(pattern @ value) - penalty[t] > self.price[t] * (1 + 1e-6) + _EPS:
                     added += self._add(t, pattern)
