@@ -344,13 +344,13 @@ class _Run:
         used = b.used + vector * count
         if self._fits_as_is(b, requirements, used):
             return requirements, False  # same requirements, same cheapest type: nothing to narrow
-        if self.strategy != LARGEST and not _has_min_values(requirements):
+        if self.strategy != LARGEST and not requirements.has_min_values:
             if self._affordable(pod, variant, b, requirements, used, count):
                 return requirements, False
             # Not worth it stands, as does "no type holds them" unless pinning added a domain.
             return None, len(requirements) == len(merged) or self._some_type_holds(b, requirements, used)
         idx = self._narrow(b, requirements, used)
-        if not len(idx) or (_has_min_values(requirements) and not model.min_values_ok(requirements, _mask(model, idx))):
+        if not len(idx) or (requirements.has_min_values and not model.min_values_ok(requirements, _mask(model, idx))):
             return None, len(requirements) == len(merged)
         if self.strategy != LARGEST and not self._worth_it(pod, variant, b, idx, requirements, count):
             return None, True
@@ -498,7 +498,7 @@ class _Run:
             requirements is b.requirements
             and b.cheapest is not None
             and b.pool is not None
-            and not _has_min_values(requirements)
+            and not requirements.has_min_values
             and bool((b.pool.usable[b.cheapest] >= used).all())
         )
 
@@ -698,7 +698,7 @@ class _Run:
             if not queue:
                 continue
             model = next((m for m in self.pools if self._may_open(pod, variant, m)), None)
-            if model is None or _has_min_values(model.requirements.merge(variant.requirements)):
+            if model is None or model.requirements.merge(variant.requirements).has_min_values:
                 rest.append(queue)
                 continue
             jobs.setdefault((model.name, model.requirements.merge(variant.requirements)), []).append(
@@ -912,7 +912,7 @@ class _Run:
         model = b.pool
         assert model is not None and b.idx is not None
         limit = self.snapshot.max_instance_types
-        if any(r.min_values for r in b.requirements.values()):
+        if b.requirements.has_min_values:
             # Keep as many beyond the cap as minValues needs, cheapest first.
             self._exact(b)
             options = model.options(b.mask, b.requirements)
@@ -1005,10 +1005,6 @@ def _first_holding(usable: np.ndarray, order: np.ndarray, used: np.ndarray, limi
     if len(kept) >= limit or len(head) == len(order):
         return kept[:limit]
     return order[(usable[order] >= used).all(axis=1)][:limit]
-
-
-def _has_min_values(requirements: Requirements) -> bool:
-    return any(r.min_values for r in requirements.values())
 
 
 def _prefer_ordinary(model: PoolModel, mask: np.ndarray, vector: np.ndarray, resources: Sequence[str]) -> np.ndarray:
