@@ -34,6 +34,7 @@ import numpy as np
 
 from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, ZONE
 from provisioning.scheduling.bins import Bin, port_conflict
+from provisioning.scheduling.claimtable import ClaimTable
 from provisioning.scheduling.integral import pack
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
 from provisioning.scheduling.pods import Pod
@@ -41,7 +42,6 @@ from provisioning.scheduling.pools import Daemon, PoolModel
 from provisioning.scheduling.preferences import Variant, variants
 from provisioning.scheduling.quantity import format_quantity
 from provisioning.scheduling.requirements import IN, Requirement, Requirements
-from provisioning.scheduling.rooms import RoomTable
 from provisioning.scheduling.snapshot import Snapshot
 from provisioning.scheduling.taints import TOLERATE_PREFER_NO_SCHEDULE, Taint, untolerated
 from provisioning.scheduling.topology import (
@@ -113,7 +113,7 @@ class _Run:
         self._vector: dict[object, np.ndarray] = {}
         self._dead: dict[tuple, np.ndarray] = {}  # (shape, variant) → claims that refused it for good
         smallest = [min((p.requests.get(r, 0) for p in snapshot.pods), default=0) for r in self.resources]
-        self._rooms = RoomTable(len(self.resources), np.array(smallest, dtype=np.int64))
+        self._table = ClaimTable(len(self.resources), np.array(smallest, dtype=np.int64))
         self._claim_index: dict[int, int] = {}
         self._alone_cost: dict[tuple, float] = {}
         self._eligible_cache: dict[tuple, frozenset[str]] = {}
@@ -219,10 +219,8 @@ class _Run:
                     return True
             key = (pod.shape_key, number)
             zones = self._valid_zones(pod, variant)
-            for index in self._live_claims(key, vector):
+            for index in self._live_claims(key, vector, zones):
                 b = self.claims[index]
-                if zones is not None and (zone := b.domain(ZONE)) is not None and zone not in zones:
-                    continue  # pinned to a zone its spread or affinity does not allow now
                 tightened, permanent = self._claim_accepts(pod, variant, b, vector, 1)
                 if tightened is not None:
                     self._grow(b, tightened, pod, variant, vector, 1)
@@ -394,9 +392,11 @@ class _Run:
             keep &= limits[idx]
         return idx[keep]
 
-    def _live_claims(self, key: tuple, vector: np.ndarray) -> Iterable[int]:
+    def _live_claims(self, key: tuple, vector: np.ndarray, zones: frozenset[str] | None = None) -> Iterable[int]:
         """Indices of the claims with room for ``vector`` that have not refused this
-        (shape, variant) for good: one vector operation over every claim.
+        (shape, variant) for good and are not pinned to a zone outside ``zones`` (the zones
+        the pod's spread or affinity allows now; None: any): a few vector operations over
+        every claim.
 
         Cost-aware packing looks first at the claims whose current cheapest type still
         holds the pod (no upsizing, so no price change), then at a few that would grow."""
@@ -408,16 +408,20 @@ class _Run:
                 grown[: len(dead)] = dead
             dead = self._dead[key] = grown
         alive = ~dead[:n]
-        rooms = self._rooms
+        table = self._table
+        barred = table.outside(zones, n) if zones is not None else None
         if self.strategy == LARGEST:
-            return np.flatnonzero(alive & rooms.largest_holds(vector, 0, n)).tolist()
-        # Only claims whose cheapest type has room for the smallest pod can take one as they are.
-        now = np.flatnonzero(alive & rooms.open_now(n) & rooms.cheapest_holds(vector, 0, n))
+            fits = alive & table.largest_holds(vector, 0, n)
+            return np.flatnonzero(fits if barred is None else fits & ~barred).tolist()
+        now = alive & table.takes_now(vector, n)
+        now = np.flatnonzero(now if barred is None else now & ~barred)
         # Growing is tried on the most recent claims only (the ones still filling up).
         tail = max(0, n - UPSIZE_WINDOW)
-        recent = alive[tail:] & rooms.largest_holds(vector, tail, n)
-        recent &= ~rooms.cheapest_holds(vector, tail, n)
+        recent = alive[tail:] & table.largest_holds(vector, tail, n)
+        recent &= ~table.cheapest_holds(vector, tail, n)
         later = tail + np.flatnonzero(recent)[-UPSIZE_CANDIDATES:]
+        if barred is not None:
+            later = later[~barred[later]]  # zones narrow the few picked, not the picking
         # Lazily: the first few usually take the pod, so most indices are never looked at.
         return itertools.chain(map(int, now), map(int, later))
 
@@ -427,7 +431,7 @@ class _Run:
     def _update_room(self, b: Bin, index: int) -> None:
         assert b.cap is not None and b.pool is not None
         cheapest = (b.pool.usable[b.cheapest] - b.used) if b.cheapest is not None else None
-        self._rooms.set(index, b.cap - b.used, cheapest)
+        self._table.set(index, b.cap - b.used, cheapest, b.domain(ZONE))
 
     def _worth_it(self, pod: Pod, variant: Variant, b: Bin, idx, requirements: Requirements, count: int) -> bool:
         """Cost-aware packing: a claim takes more pods only while that raises its price by no
