@@ -443,11 +443,12 @@ class _Run:
         return added <= self._alone(pod, variant, model) * count * WORTH_IT_SLACK
 
     def _alone(self, pod: Pod, variant: Variant, model: PoolModel) -> float:
-        """The lowest price per pod of this shape on nodes of this pool holding only such pods."""
-        key = (pod.shape_key, model.name, variant.requirements)
+        """The lowest price per pod of this shape on nodes of this pool holding only such pods
+        (shared by the shapes that ask for the same resources and node requirements)."""
+        vector = self._vec(pod)
+        key = (vector.tobytes(), model.name, variant.requirements)
         cost = self._alone_cost.get(key)
         if cost is None:
-            vector = self._vec(pod)
             mask = model.type_mask(model.requirements.merge(variant.requirements))
             counts = model.max_copies(_prefer_ordinary(model, mask, vector, self.resources), vector * 0, vector)
             with np.errstate(divide="ignore"):
