@@ -26,9 +26,8 @@ Upstream's algorithm, made fast and then cheaper:
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -392,41 +391,52 @@ class _Run:
             keep &= limits[idx]
         return idx[keep]
 
-    def _live_claims(self, key: tuple, vector: np.ndarray, zones: frozenset[str] | None = None) -> Iterable[int]:
+    def _live_claims(self, key: tuple, vector: np.ndarray, zones: frozenset[str] | None = None) -> Iterator[int]:
         """Indices of the claims with room for ``vector`` that have not refused this
         (shape, variant) for good and are not pinned to a zone outside ``zones`` (the zones
         the pod's spread or affinity allows now; None: any): a few vector operations over
         every claim.
 
         Cost-aware packing looks first at the claims whose current cheapest type still
-        holds the pod (no upsizing, so no price change), then at a few that would grow."""
+        holds the pod (no upsizing, so no price change), then at a few that would grow.
+        Lazily: the first few usually take the pod, so the rest is seldom looked at. A
+        caller that changes claims while it iterates takes the whole list first."""
         n = len(self.claims)
-        dead = self._dead.get(key)
-        if dead is None or len(dead) < n:
-            grown = np.zeros(max(n, 64) * 2, dtype=bool)
-            if dead is not None:
-                grown[: len(dead)] = dead
-            dead = self._dead[key] = grown
-        alive = ~dead[:n]
         table = self._table
         barred = table.outside(zones, n) if zones is not None else None
         if self.strategy == LARGEST:
-            fits = alive & table.largest_holds(vector, 0, n)
-            return np.flatnonzero(fits if barred is None else fits & ~barred).tolist()
-        now = alive & table.takes_now(vector, n)
-        now = np.flatnonzero(now if barred is None else now & ~barred)
-        # Growing is tried on the most recent claims only (the ones still filling up).
+            fits = self._unrefused(key, table.largest_holds(vector, 0, n), 0)
+            yield from map(int, np.flatnonzero(fits if barred is None else fits & ~barred))
+            return
+        now = self._unrefused(key, table.takes_now(vector, n), 0)
+        yield from map(int, np.flatnonzero(now if barred is None else now & ~barred))
+        # Growing is tried on the most recent claims only (the ones still filling up). The
+        # claims refused above all had room as they are, so none of them is among these.
         tail = max(0, n - UPSIZE_WINDOW)
-        recent = alive[tail:] & table.largest_holds(vector, tail, n)
-        recent &= ~table.cheapest_holds(vector, tail, n)
-        later = tail + np.flatnonzero(recent)[-UPSIZE_CANDIDATES:]
+        recent = table.largest_holds(vector, tail, n) & ~table.cheapest_holds(vector, tail, n)
+        later = tail + np.flatnonzero(self._unrefused(key, recent, tail))[-UPSIZE_CANDIDATES:]
         if barred is not None:
             later = later[~barred[later]]  # zones narrow the few picked, not the picking
-        # Lazily: the first few usually take the pod, so most indices are never looked at.
-        return itertools.chain(map(int, now), map(int, later))
+        yield from map(int, later)
+
+    def _unrefused(self, key: tuple, claims: np.ndarray, start: int) -> np.ndarray:
+        """``claims`` (a mask over the claims from ``start``) without those that refused
+        ``key`` for good."""
+        dead = self._dead.get(key)
+        if dead is not None:
+            stop = min(start + len(claims), len(dead))
+            if stop > start:
+                claims[: stop - start] &= ~dead[start:stop]
+        return claims
 
     def _refused(self, key: tuple, index: int) -> None:
-        self._dead[key][index] = True
+        dead = self._dead.get(key)
+        if dead is None or len(dead) <= index:
+            grown = np.zeros(max(len(self.claims), 64) * 2, dtype=bool)
+            if dead is not None:
+                grown[: len(dead)] = dead
+            dead = self._dead[key] = grown
+        dead[index] = True
 
     def _update_room(self, b: Bin, index: int) -> None:
         assert b.cap is not None and b.pool is not None
@@ -632,7 +642,7 @@ class _Run:
         variant = self._variants_of(pod)[0]
         queue = self._fill_existing(group, variant, vector)
         key = (pod.shape_key, 0)
-        for index in self._live_claims(key, vector):
+        for index in list(self._live_claims(key, vector)):  # claims grow below
             if not queue:
                 break
             b = self.claims[index]
