@@ -116,6 +116,8 @@ class _Run:
         self._claim_index: dict[int, int] = {}
         self._alone_cost: dict[tuple, float] = {}
         self._eligible_cache: dict[tuple, frozenset[str]] = {}
+        self._allowed: dict[tuple, tuple[int, frozenset[str]]] = {}
+        self._pins: dict[tuple[str, str], Requirement] = {}
         self._price_orders: dict[tuple, np.ndarray] = {}
         self._new_types: dict[tuple, tuple[np.ndarray, tuple] | None] = {}
         self._options: dict[tuple, tuple[list[InstanceTypeOption], Requirement]] = {}
@@ -494,17 +496,33 @@ class _Run:
                     return None
                 continue
             current = requirements.get(constraint.key)
-            domains = self.topology.domains(constraint.key)
-            candidates = frozenset(d for d in domains if current is None or current.has(d))
-            eligible = self._eligible(constraint, variant, pod)
-            valid = self.topology.valid_domains(pod, constraint, candidates, eligible)
-            valid = self.topology.blocked_by_others(pod, constraint.key, valid)
+            valid = self._allowed_domains(pod, variant, constraint)
+            if current is not None:
+                valid = frozenset(d for d in valid if current.has(d))
             if not valid:
                 return None
             counts = self.topology.group(constraint).matched
             best = min(valid, key=lambda d: (counts.get(d, 0), d))
-            requirements = requirements.add(Requirement.of(constraint.key, IN, [best]))
+            pin = self._pins.get((constraint.key, best))
+            if pin is None:
+                pin = self._pins[(constraint.key, best)] = Requirement.of(constraint.key, IN, [best])
+            requirements = requirements.add(pin)
         return requirements
+
+    def _allowed_domains(self, pod: Pod, variant: Variant, constraint: Constraint) -> frozenset[str]:
+        """The domains of the constraint's key where the pod may go now: valid under the
+        constraint, less those the inverse anti-affinity blocks. Both only filter domains,
+        so a claim's allowed ones are these among its own. Remembered until a count changes
+        (every claim a pod is offered asks the same)."""
+        key = (pod.shape_key, variant, constraint)
+        found = self._allowed.get(key)
+        if found is not None and found[0] == self.topology.version:
+            return found[1]
+        eligible = self._eligible(constraint, variant, pod)
+        valid = self.topology.valid_domains(pod, constraint, self.topology.domains(constraint.key), eligible)
+        allowed = self.topology.blocked_by_others(pod, constraint.key, valid)
+        self._allowed[key] = (self.topology.version, allowed)
+        return allowed
 
     def _fits_as_is(self, b: Bin, requirements: Requirements, used: np.ndarray) -> bool:
         """The claim keeps its requirements and its cheapest type still holds ``used``: its
