@@ -574,9 +574,9 @@ class _Run:
     def _new_claim_types(
         self, model: PoolModel, requirements: Requirements, vector: np.ndarray, count: int
     ) -> tuple[np.ndarray, tuple] | None:
-        """The types a new claim for ``count`` such pods starts with and their ``_extent``
-        (None: no type will do). Unless limits apply, that depends on nothing a placement
-        changes, so claims opened alike share one answer."""
+        """The types a new claim for ``count`` pods of ``vector`` starts with and their
+        ``_extent`` (None: no type will do). Unless limits apply, that depends on nothing a
+        placement changes, so claims opened alike share one answer."""
         limits = self._limit_mask(model, None)
         key = (model.name, requirements, vector.tobytes(), count) if limits is model.everything else None
         if key is not None and key in self._new_types:
@@ -785,22 +785,12 @@ class _Run:
     def _open_packed(self, model: PoolModel, requirements: Requirements, pods, classes) -> bool:
         """A new claim holding ``pods`` (class index, pod) as the integer program packed them."""
         used = np.sum([classes[c][2] for c, _ in pods], axis=0)
-        self.counter += 1
-        b = Bin(
-            f"{model.name}-{self.counter}",
-            requirements,
-            used,
-            model.taints,
-            pool=model,
-            idx=np.arange(len(model)),
-            origin=pods[0][1].key,
-        )
-        idx = self._narrow(b, requirements, used)
-        idx = idx[_prefer_ordinary(model, _mask(model, idx), used, self.resources)[idx]]
-        if not len(idx) or ("nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0):
-            self.counter -= 1
+        types = self._new_claim_types(model, requirements, used, 1)  # nodes of one pattern share them
+        if types is None or ("nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0):
             return False
-        self._set_idx(b, idx)
+        self.counter += 1
+        b = Bin(f"{model.name}-{self.counter}", requirements, used, model.taints, pool=model, origin=pods[0][1].key)
+        self._set_idx(b, *types)
         self._claim_index[id(b)] = len(self.claims)
         self.claims.append(b)
         self._update_room(b, len(self.claims) - 1)
