@@ -619,10 +619,9 @@ class _Run:
         self._set_idx(b, *types)
         self._claim_index[id(b)] = len(self.claims)
         self.claims.append(b)
-        self._update_room(b, len(self.claims) - 1)
         if "nodes" in self.remaining[model.name]:
             self.remaining[model.name]["nodes"] -= 1
-        self._grow(b, requirements, pod, variant, vector, count)
+        self._grow(b, requirements, pod, variant, vector, count)  # which records its room
         return b
 
     # ---------------------------------------------------------------- limits
