@@ -10,7 +10,7 @@ of gathering each claim's row (the scan runs once per pod, over thousands of cla
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 
 import numpy as np
 
@@ -22,7 +22,7 @@ class ClaimTable:
         self._largest = np.zeros((resources, 64), dtype=np.int64)  # its largest type − used
         self._cheapest = np.zeros((resources, 64), dtype=np.int64)  # its cheapest type − used
         self._open = np.zeros(64, dtype=bool)  # its cheapest type holds the smallest pod
-        self._zone = np.zeros(64, dtype=np.int32)  # its zone's code (NO_ZONE: none)
+        self._zone = np.zeros(64, dtype=np.intp)  # its zone's code (NO_ZONE: none), an index
         self._zone_codes: dict[str, int] = {}
         # Per resource, the least any pending pod asks: a claim with less room takes none.
         self._smallest = smallest
@@ -64,9 +64,11 @@ class ClaimTable:
         return barred[self._zone[:stop]]
 
 
-def _holds(room: np.ndarray, vector: np.ndarray, start: int, stop: int, resources) -> np.ndarray:
-    holds = np.ones(stop - start, dtype=bool)
-    for j in resources:
+def _holds(room: np.ndarray, vector: np.ndarray, start: int, stop: int, resources: Sequence[int]) -> np.ndarray:
+    if not resources:
+        return np.ones(stop - start, dtype=bool)
+    holds = room[resources[0], start:stop] >= vector[resources[0]]
+    for j in resources[1:]:
         holds &= room[j, start:stop] >= vector[j]
     return holds
 
