@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from provisioning.scheduling.integral import pack
+from provisioning.scheduling.integral import _copies, pack
 from provisioning.scheduling.lowerbound import PodClass, lp_lower_bound
 from provisioning.scheduling.snapshot import Snapshot
 from provisioning.scheduling.solver import solve
@@ -91,6 +91,18 @@ def test_node_limit_and_capacity_limits_hold():
     _check(packing, demand, counts)
     assert sum(capacity[t, 0] for t, _ in packing.nodes) <= 16000
     assert packing.leftover[0] == 10 - sum(n for _, contents in packing.nodes for n in contents.values())
+
+
+def test_copies_count_what_one_empty_node_holds():
+    rng = np.random.default_rng(5)
+    demand = rng.integers(0, 4, (6, 3))
+    demand[0] = 0  # asks for nothing: any number fits
+    usable = rng.integers(-2, 20, (5, 3))  # DaemonSets may leave a small type short
+    copies = _copies(demand, usable)
+    for c in range(len(demand)):
+        for t in range(len(usable)):
+            asked = [usable[t, r] // demand[c, r] for r in range(3) if demand[c, r]]
+            assert copies[c, t] == max(0, min(asked, default=np.iinfo(np.int64).max))
 
 
 def test_nothing_to_pack():

@@ -7,10 +7,11 @@ import itertools
 import random
 import time
 
+import numpy as np
 import pytest
 
 from provisioning.scheduling.instancetypes import InstanceType, Offering, Overhead
-from provisioning.scheduling.lowerbound import EMPTY, INFEASIBLE, OPTIMAL, PodClass, lp_lower_bound
+from provisioning.scheduling.lowerbound import EMPTY, INFEASIBLE, OPTIMAL, PodClass, lp_lower_bound, undominated
 
 GI = 2**30
 
@@ -164,6 +165,33 @@ def test_a_cheaper_bigger_type_does_not_dominate_one_it_cannot_replace():
     bound = lp_lower_bound([amd64, pods(8, 1)], [arm, amd])
     assert bound.types == 2
     assert bound.cost_per_hour == pytest.approx(0.20 + 0.10)
+
+
+def _dominated_by_definition(cost, alloc, compat):
+    """Pair by pair, as the docstring of ``undominated`` says."""
+    n = len(cost)
+    out = set()
+    for t in range(n):
+        for u in range(n):
+            if u == t or cost[u] > cost[t] or (alloc[u] < alloc[t]).any() or (compat[:, t] & ~compat[:, u]).any():
+                continue
+            identical = cost[u] == cost[t] and (alloc[u] == alloc[t]).all() and (compat[:, u] == compat[:, t]).all()
+            if not identical or u < t:
+                out.add(t)
+    return out
+
+
+@pytest.mark.parametrize("block", [256, 3])
+def test_undominated_keeps_exactly_the_types_no_other_dominates(monkeypatch, block):
+    monkeypatch.setattr("provisioning.scheduling.lowerbound._DOMINANCE_BLOCK", block)
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n, classes, resources = int(rng.integers(0, 25)), int(rng.integers(0, 4)), int(rng.integers(1, 4))
+        cost = rng.integers(0, 4, n).astype(float)  # few values: ties and identical types are common
+        alloc = rng.integers(0, 3, (n, resources))
+        compat = rng.random((classes, n)) < 0.7
+        kept = undominated(cost, alloc, compat)
+        assert list(kept) == sorted(set(range(n)) - _dominated_by_definition(cost, alloc, compat))
 
 
 # -- validity: never above the integral optimum ----------------------------------------------------

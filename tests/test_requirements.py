@@ -367,6 +367,8 @@ def test_from_list_min_values_and_repeated_keys():
     assert (reqs[CPU].gte, reqs[CPU].lte) == (4, 16)
     assert reqs["team"] == R("team", "Exists")
     assert Requirements.from_list(None) == Requirements()
+    assert reqs.has_min_values and reqs.without(FAMILY).has_min_values is False
+    assert Requirements([R(CPU, "Gt", ["3"])]).merge(reqs.only({FAMILY})).has_min_values
 
 
 def test_from_list_reads_tuples():

@@ -3,11 +3,16 @@ chosen so the right answer is known) and over the bundled us-east-1 catalog."""
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
+
 import pytest
 from builders import deployment
 
 from provisioning.scheduling.instancetypes import InstanceType, Offering, Overhead
 from provisioning.scheduling.pods import Pod
+from provisioning.scheduling.preferences import variants
 from provisioning.scheduling.requirements import Requirements
 from provisioning.scheduling.snapshot import NodePoolInput, Snapshot
 from provisioning.scheduling.solver import solve
@@ -294,6 +299,25 @@ def test_hostname_anti_affinity_puts_each_replica_on_its_own_node():
     }
     plan = plan_for(pods("db", 4, "100m", "100Mi", affinity=anti), pool())
     assert len(plan.claims) == 4 and all(len(c.pods) == 1 for c in plan.claims)
+
+
+def test_constraints_and_variants_hash_the_same_after_pickling_into_another_process():
+    """Their hashes are cached; string hashes differ per process, so a pickle carries none."""
+    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}]
+    pod = pods("web", 1, topologySpreadConstraints=spread)[0]
+    first = variants(pod, True)
+    assert {v: i for i, v in enumerate(first)} == {v: i for i, v in enumerate(variants(pod, True))}
+    code = (
+        "import pickle, sys\n"
+        "from provisioning.scheduling.preferences import variants\n"
+        "pod, old = pickle.loads(sys.stdin.buffer.read())\n"
+        "fresh = variants(pod, True)\n"
+        "print({v: 1 for v in old}.get(fresh[0]), {c: 1 for c in old[0].constraints}.get(fresh[0].constraints[0]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=pickle.dumps((pod, first)), capture_output=True, check=True
+    )
+    assert out.stdout.decode().split() == ["1", "1"]
 
 
 def test_zone_affinity_keeps_replicas_together():

@@ -201,6 +201,8 @@ class _Problem:
                     added += 1
             # The greedy fills miss mixes; the types that look best get an exact knapsack.
             for t in sorted(gains, key=lambda t: -gains[t])[:EXACT_TYPES]:
+                if time.perf_counter() > deadline:
+                    break  # each knapsack may take its time limit: none starts after the deadline
                 pattern = self._knapsack(t, value)
                 if pattern is not None and float(pattern @ value) - penalty[t] > self.price[t] * (1 + 1e-6) + _EPS:
                     added += self._add(t, pattern)
@@ -289,7 +291,9 @@ class _Problem:
 
 def _copies(demand: np.ndarray, usable: np.ndarray) -> np.ndarray:
     """How many pods of each class one empty node of each type holds (classes × types)."""
-    need = demand[:, None, :]
-    with np.errstate(divide="ignore"):
-        per = np.where(need > 0, usable[None, :, :] // np.where(need > 0, need, 1), np.iinfo(np.int64).max)
-    return np.maximum(per.min(axis=2), 0)
+    copies = np.full((len(demand), len(usable)), np.iinfo(np.int64).max, dtype=np.int64)
+    for j in range(demand.shape[1]):  # a resource at a time, dividing only where pods ask for it
+        asks = np.flatnonzero(demand[:, j] > 0)
+        if len(asks):
+            copies[asks] = np.minimum(copies[asks], usable[None, :, j] // demand[asks, j, None])
+    return np.maximum(copies, 0)

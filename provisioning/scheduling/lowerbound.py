@@ -207,29 +207,34 @@ def undominated(cost: np.ndarray, alloc: np.ndarray, compat: np.ndarray) -> np.n
     n = len(cost)
     if n <= 1:
         return np.arange(n)
-    # Pack the compatibility columns into integers so "accepts a superset" is one bitwise test.
-    classes = compat.shape[0]
-    words = max(1, (classes + 62) // 63)
-    masks = np.zeros((n, words), dtype=np.int64)
-    for k in range(classes):
-        masks[:, k // 63] |= compat[k].astype(np.int64) << (k % 63)
-    dominated = np.zeros(n, dtype=bool)
-    index = np.arange(n)
+    # Types accept one of a few distinct sets of classes: compare the sets once, then look
+    # the pairs up (rather than comparing every pair's classes).
+    accepted, kind = np.unique(compat.T, axis=0, return_inverse=True)
+    kind = kind.reshape(-1)
+    superset = (accepted[:, None, :] >= accepted[None, :, :]).all(axis=2)
+    # In this order every type comes after the types that dominate it: cheaper first, then
+    # more of each resource, then accepting more classes, then the first of equals. Dominance
+    # is transitive, so a dominated type is dominated by an undominated one before it: each
+    # block of types is compared with the undominated types so far and with itself.
+    keys = [np.arange(n), -accepted.sum(axis=1)[kind]]
+    keys += [-alloc[:, j] for j in reversed(range(alloc.shape[1]))]
+    order = np.lexsort([*keys, cost])
+    kept = np.zeros(0, dtype=np.int64)
     for lo in range(0, n, _DOMINANCE_BLOCK):
-        hi = min(n, lo + _DOMINANCE_BLOCK)
-        # rows: candidates u (all types); columns: the block of types t that might be dominated
-        cheaper = cost[:, None] <= cost[None, lo:hi]
-        bigger = (alloc[:, None, :] >= alloc[None, lo:hi, :]).all(axis=2)
-        covers = ((masks[:, None, :] & masks[None, lo:hi, :]) == masks[None, lo:hi, :]).all(axis=2)
-        beats = cheaper & bigger & covers
+        block = order[lo : lo + _DOMINANCE_BLOCK]
+        rivals = np.concatenate([kept, block])  # rows: candidates u; columns: the block's types t
+        beats = cost[rivals, None] <= cost[None, block]
+        strictly = cost[rivals, None] < cost[None, block]
+        for j in range(alloc.shape[1]):  # a resource at a time: no pairs × resources array
+            beats &= alloc[rivals, None, j] >= alloc[None, block, j]
+            strictly |= alloc[rivals, None, j] > alloc[None, block, j]
+        beats &= superset[kind[rivals, None], kind[None, block]]
         # u strictly better somewhere, or identical and earlier (so one of equals survives)
-        strictly = (cost[:, None] < cost[None, lo:hi]) | (alloc[:, None, :] > alloc[None, lo:hi, :]).any(axis=2)
-        strictly |= (masks[:, None, :] != masks[None, lo:hi, :]).any(axis=2)
-        earlier = index[:, None] < index[None, lo:hi]
-        beats &= strictly | earlier
-        beats[index[lo:hi], np.arange(hi - lo)] = False
-        dominated[lo:hi] = beats.any(axis=0)
-    return np.flatnonzero(~dominated)
+        strictly |= kind[rivals, None] != kind[None, block]
+        beats &= strictly | (rivals[:, None] < block[None, :])
+        beats &= rivals[:, None] != block[None, :]
+        kept = np.concatenate([kept, block[~beats.any(axis=0)]])
+    return np.sort(kept)
 
 
 def highs():

@@ -182,8 +182,20 @@ class PoolModel:
         else:
             candidates = np.flatnonzero(masked < INF)
         order = candidates[np.lexsort((self.names[candidates], masked[candidates]))]
+        return self.options_in_order(order[:take], requirements)
+
+    def by_price(self, idx: np.ndarray, requirements: Requirements) -> np.ndarray:
+        """The types ``idx`` in the order of ``options`` (cheapest allowed offering first, ties
+        by name), without those no allowed offering prices."""
+        prices = self.prices(requirements)[idx]
+        priced = prices < INF
+        return idx[priced][np.lexsort((self.names[idx[priced]], prices[priced]))]
+
+    def options_in_order(self, order: np.ndarray, requirements: Requirements) -> list[InstanceTypeOption]:
+        """The types ``order``, each at its cheapest offering the requirements allow."""
+        _, choice = self._priced(requirements)
         out = []
-        for i in order[:take]:
+        for i in order:
             o = self.offerings[i][choice[i]]
             out.append(InstanceTypeOption(self.types[i].name, o.capacity_type, o.zone, float(o.price)))
         return out

@@ -23,6 +23,21 @@ class Variant:
     tolerate_prefer_no_schedule: bool = False
     relaxed: tuple[str, ...] = ()
 
+    def __hash__(self) -> int:
+        # The solver's caches hash variants per placement: once is enough (fields never change).
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(self._values())
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    def __reduce__(self):
+        # string hashes differ between processes: rebuild, never carry the cached hash over
+        return (Variant, self._values())
+
+    def _values(self) -> tuple:
+        return (self.requirements, self.constraints, self.tolerate_prefer_no_schedule, self.relaxed)
+
 
 def variants(pod: Pod, prefer_no_schedule_exists: bool) -> list[Variant]:
     """The pod as first tried, then each relaxation in upstream's order (§1.12)."""

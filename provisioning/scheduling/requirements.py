@@ -434,7 +434,7 @@ class Incompatibility:
 class Requirements(Mapping[str, Requirement]):
     """An immutable mapping key -> Requirement. Requirements on the same key intersect."""
 
-    __slots__ = ("_reqs", "_checks", "_hash")
+    __slots__ = ("_reqs", "_checks", "_hash", "_min_values")
 
     def __init__(self, requirements: Iterable[Requirement] = ()) -> None:
         reqs: dict[str, Requirement] = {}
@@ -444,6 +444,7 @@ class Requirements(Mapping[str, Requirement]):
         self._reqs = reqs
         self._checks: tuple[tuple[str, Callable[[str | None], bool]], ...] | None = None
         self._hash: int | None = None
+        self._min_values: bool | None = None
 
     @classmethod
     def _wrap(cls, reqs: dict[str, Requirement]) -> Requirements:
@@ -451,6 +452,7 @@ class Requirements(Mapping[str, Requirement]):
         new._reqs = reqs
         new._checks = None
         new._hash = None
+        new._min_values = None
         return new
 
     # -- construction -----------------------------------------------------------------
@@ -521,6 +523,14 @@ class Requirements(Mapping[str, Requirement]):
 
     def __str__(self) -> str:
         return ", ".join(str(r) for r in self._reqs.values())
+
+    @property
+    def has_min_values(self) -> bool:
+        """Does any requirement carry minValues? (Remembered: the solver asks per placement.)"""
+        found = self._min_values
+        if found is None:
+            found = self._min_values = any(r.min_values for r in self._reqs.values())
+        return found
 
     def __repr__(self) -> str:
         return f"Requirements({self})"

@@ -26,14 +26,14 @@ Upstream's algorithm, made fast and then cheaper:
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, ZONE
 from provisioning.scheduling.bins import Bin, port_conflict
+from provisioning.scheduling.claimtable import ClaimTable
 from provisioning.scheduling.integral import pack
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
 from provisioning.scheduling.pods import Pod
@@ -59,6 +59,8 @@ LARGEST, PACKED = "largest", "packed"
 PACK_SECONDS_PER_POD, PACK_SECONDS_MIN, PACK_SECONDS_MAX = 0.0003, 0.1, 2.0
 # A claim may grow while its price rises by at most this much more than the pod alone costs.
 WORTH_IT_SLACK = 1.05
+# Whether a claim has any type left for more pods is first asked of every this-many-th type.
+SAMPLE_STRIDE = 32
 # Claims that would have to grow to a bigger type are tried only this many at a time.
 UPSIZE_CANDIDATES = 4
 # ... among this many of the most recent claims.
@@ -109,17 +111,16 @@ class _Run:
         self.unreached: list[str] = []
         self._vector: dict[object, np.ndarray] = {}
         self._dead: dict[tuple, np.ndarray] = {}  # (shape, variant) → claims that refused it for good
-        self._room = np.zeros((64, len(self.resources)), dtype=np.int64)  # per claim: cap − used
-        self._room_now = np.zeros((64, len(self.resources)), dtype=np.int64)  # its cheapest type − used
-        self._open_now = np.zeros(64, dtype=bool)  # its cheapest type holds the smallest pod
-        # Per resource, the least any pending pod asks: a claim with less room takes none.
-        self._smallest = np.array(
-            [min((p.requests.get(r, 0) for p in snapshot.pods), default=0) for r in self.resources], dtype=np.int64
-        )
+        smallest = [min((p.requests.get(r, 0) for p in snapshot.pods), default=0) for r in self.resources]
+        self._table = ClaimTable(len(self.resources), np.array(smallest, dtype=np.int64))
         self._claim_index: dict[int, int] = {}
         self._alone_cost: dict[tuple, float] = {}
         self._eligible_cache: dict[tuple, frozenset[str]] = {}
-        self._options: dict[tuple, list[InstanceTypeOption]] = {}
+        self._allowed: dict[tuple, tuple[int, frozenset[str]]] = {}
+        self._pins: dict[tuple[str, str], Requirement] = {}
+        self._price_orders: dict[tuple, np.ndarray] = {}
+        self._new_types: dict[tuple, tuple[np.ndarray, tuple] | None] = {}
+        self._options: dict[tuple, tuple[list[InstanceTypeOption], Requirement]] = {}
 
     # ---------------------------------------------------------------- set-up
 
@@ -219,10 +220,8 @@ class _Run:
                     return True
             key = (pod.shape_key, number)
             zones = self._valid_zones(pod, variant)
-            for index in self._live_claims(key, vector):
+            for index in self._live_claims(key, vector, zones):
                 b = self.claims[index]
-                if zones is not None and (zone := b.domain(ZONE)) is not None and zone not in zones:
-                    continue  # pinned to a zone its spread or affinity does not allow now
                 tightened, permanent = self._claim_accepts(pod, variant, b, vector, 1)
                 if tightened is not None:
                     self._grow(b, tightened, pod, variant, vector, 1)
@@ -337,70 +336,114 @@ class _Run:
             return None, True
         if not self._inverse_ok(pod, b) or self._hostname_refuses(pod, variant, b):
             return None, True
-        requirements = self._pin_domains(pod, variant, b.requirements.merge(variant.requirements), b)
+        merged = b.requirements.merge(variant.requirements)
+        requirements = self._pin_domains(pod, variant, merged, b)
         if requirements is None:
             return None, False
-        if self._fits_as_is(b, requirements, b.used + vector * count):
+        used = b.used + vector * count
+        if self._fits_as_is(b, requirements, used):
             return requirements, False  # same requirements, same cheapest type: nothing to narrow
-        idx = self._narrow(b, requirements, b.used + vector * count)
-        if not len(idx) or (_has_min_values(requirements) and not model.min_values_ok(requirements, _mask(model, idx))):
-            return None, len(requirements) == len(b.requirements.merge(variant.requirements))
+        if self.strategy != LARGEST and not requirements.has_min_values:
+            if self._affordable(pod, variant, b, requirements, used, count):
+                return requirements, False
+            # Not worth it stands, as does "no type holds them" unless pinning added a domain.
+            return None, len(requirements) == len(merged) or self._some_type_holds(b, requirements, used)
+        idx = self._narrow(b, requirements, used)
+        if not len(idx) or (requirements.has_min_values and not model.min_values_ok(requirements, _mask(model, idx))):
+            return None, len(requirements) == len(merged)
         if self.strategy != LARGEST and not self._worth_it(pod, variant, b, idx, requirements, count):
             return None, True
         return requirements, False
 
-    def _narrow(self, b: Bin, requirements: Requirements, used: np.ndarray) -> np.ndarray:
-        """The claim's remaining types that meet ``requirements``, hold ``used`` and fit the
-        pool's limits (work on the claim's few candidates, not the whole catalog)."""
+    def _affordable(
+        self, pod: Pod, variant: Variant, b: Bin, requirements: Requirements, used: np.ndarray, count: int
+    ) -> bool:
+        """``_worth_it`` over the claim's types that hold ``used`` under ``requirements``,
+        looking only at those already cheap enough at the claim's current prices: pinning a
+        domain never makes a type cheaper, so the others cannot pass (most claims keep
+        hundreds of types, few of them within the allowance)."""
         model = b.pool
         assert model is not None and b.idx is not None
-        idx = b.idx
+        allowance = self._alone(pod, variant, model) * count * WORTH_IT_SLACK
+        cheap = b.idx[model.prices(b.requirements)[b.idx] - b.price <= allowance]
+        idx = self._narrow(b, requirements, used, cheap)
+        return bool(len(idx)) and self._worth_it(pod, variant, b, idx, requirements, count)
+
+    def _some_type_holds(self, b: Bin, requirements: Requirements, used: np.ndarray) -> bool:
+        """Whether ``_narrow`` would keep any type. A claim keeps hundreds of types and most
+        hold a few more pods, so a sample spread over them usually answers first."""
+        assert b.idx is not None
+        return bool(len(self._narrow(b, requirements, used, b.idx[::SAMPLE_STRIDE]))) or bool(
+            len(self._narrow(b, requirements, used))
+        )
+
+    def _narrow(
+        self, b: Bin, requirements: Requirements, used: np.ndarray, idx: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The claim's remaining types (or those of them in ``idx``) that meet
+        ``requirements``, hold ``used`` and fit the pool's limits (work on the claim's few
+        candidates, not the whole catalog)."""
+        model = b.pool
+        assert model is not None and b.idx is not None
+        if idx is None:
+            idx = b.idx
         keep = model.type_mask(requirements)[idx] & (model.usable[idx] >= used).all(axis=1)
         limits = self._limit_mask(model, b)
         if limits is not model.everything:
             keep &= limits[idx]
         return idx[keep]
 
-    def _live_claims(self, key: tuple, vector: np.ndarray) -> Iterable[int]:
+    def _live_claims(self, key: tuple, vector: np.ndarray, zones: frozenset[str] | None = None) -> Iterator[int]:
         """Indices of the claims with room for ``vector`` that have not refused this
-        (shape, variant) for good: one vector operation over every claim.
+        (shape, variant) for good and are not pinned to a zone outside ``zones`` (the zones
+        the pod's spread or affinity allows now; None: any): a few vector operations over
+        every claim.
 
         Cost-aware packing looks first at the claims whose current cheapest type still
-        holds the pod (no upsizing, so no price change), then at a few that would grow."""
+        holds the pod (no upsizing, so no price change), then at a few that would grow.
+        Lazily: the first few usually take the pod, so the rest is seldom looked at. A
+        caller that changes claims while it iterates takes the whole list first."""
         n = len(self.claims)
+        table = self._table
+        barred = table.outside(zones, n) if zones is not None else None
+        if self.strategy == LARGEST:
+            fits = self._unrefused(key, table.largest_holds(vector, 0, n), 0)
+            yield from map(int, np.flatnonzero(fits if barred is None else fits & ~barred))
+            return
+        now = self._unrefused(key, table.takes_now(vector, n), 0)
+        yield from map(int, np.flatnonzero(now if barred is None else now & ~barred))
+        # Growing is tried on the most recent claims only (the ones still filling up). The
+        # claims refused above all had room as they are, so none of them is among these.
+        tail = max(0, n - UPSIZE_WINDOW)
+        recent = table.largest_holds(vector, tail, n) & ~table.cheapest_holds(vector, tail, n)
+        later = tail + np.flatnonzero(self._unrefused(key, recent, tail))[-UPSIZE_CANDIDATES:]
+        if barred is not None:
+            later = later[~barred[later]]  # zones narrow the few picked, not the picking
+        yield from map(int, later)
+
+    def _unrefused(self, key: tuple, claims: np.ndarray, start: int) -> np.ndarray:
+        """``claims`` (a mask over the claims from ``start``) without those that refused
+        ``key`` for good."""
         dead = self._dead.get(key)
-        if dead is None or len(dead) < n:
-            grown = np.zeros(max(n, 64) * 2, dtype=bool)
+        if dead is not None:
+            stop = min(start + len(claims), len(dead))
+            if stop > start:
+                claims[: stop - start] &= ~dead[start:stop]
+        return claims
+
+    def _refused(self, key: tuple, index: int) -> None:
+        dead = self._dead.get(key)
+        if dead is None or len(dead) <= index:
+            grown = np.zeros(max(len(self.claims), 64) * 2, dtype=bool)
             if dead is not None:
                 grown[: len(dead)] = dead
             dead = self._dead[key] = grown
-        alive = ~dead[:n]
-        if self.strategy == LARGEST:
-            return np.flatnonzero(alive & (self._room[:n] >= vector).all(axis=1)).tolist()
-        # Only claims whose cheapest type has room for the smallest pod can take one as they are.
-        rows = np.flatnonzero(alive & self._open_now[:n])
-        now = rows[(self._room_now[rows] >= vector).all(axis=1)]
-        # Growing is tried on the most recent claims only (the ones still filling up).
-        tail = max(0, n - UPSIZE_WINDOW)
-        recent = alive[tail:] & (self._room[tail:n] >= vector).all(axis=1)
-        recent &= ~(self._room_now[tail:n] >= vector).all(axis=1)
-        later = tail + np.flatnonzero(recent)[-UPSIZE_CANDIDATES:]
-        # Lazily: the first few usually take the pod, so most indices are never looked at.
-        return itertools.chain(map(int, now), map(int, later))
-
-    def _refused(self, key: tuple, index: int) -> None:
-        self._dead[key][index] = True
+        dead[index] = True
 
     def _update_room(self, b: Bin, index: int) -> None:
-        if index >= len(self._room):
-            size = (max(64, len(self._room) * 2), len(self.resources))
-            self._room = np.concatenate([self._room, np.zeros(size, dtype=np.int64)])[: size[0]]
-            self._room_now = np.concatenate([self._room_now, np.zeros(size, dtype=np.int64)])[: size[0]]
-            self._open_now = np.concatenate([self._open_now, np.zeros(size[0], dtype=bool)])[: size[0]]
         assert b.cap is not None and b.pool is not None
-        self._room[index] = b.cap - b.used
-        self._room_now[index] = (b.pool.usable[b.cheapest] - b.used) if b.cheapest is not None else -1
-        self._open_now[index] = bool((self._room_now[index] >= self._smallest).all())
+        cheapest = (b.pool.usable[b.cheapest] - b.used) if b.cheapest is not None else None
+        self._table.set(index, b.cap - b.used, cheapest, b.domain(ZONE))
 
     def _worth_it(self, pod: Pod, variant: Variant, b: Bin, idx, requirements: Requirements, count: int) -> bool:
         """Cost-aware packing: a claim takes more pods only while that raises its price by no
@@ -412,11 +455,12 @@ class _Run:
         return added <= self._alone(pod, variant, model) * count * WORTH_IT_SLACK
 
     def _alone(self, pod: Pod, variant: Variant, model: PoolModel) -> float:
-        """The lowest price per pod of this shape on nodes of this pool holding only such pods."""
-        key = (pod.shape_key, model.name, variant.requirements)
+        """The lowest price per pod of this shape on nodes of this pool holding only such pods
+        (shared by the shapes that ask for the same resources and node requirements)."""
+        vector = self._vec(pod)
+        key = (vector.tobytes(), model.name, variant.requirements)
         cost = self._alone_cost.get(key)
         if cost is None:
-            vector = self._vec(pod)
             mask = model.type_mask(model.requirements.merge(variant.requirements))
             counts = model.max_copies(_prefer_ordinary(model, mask, vector, self.resources), vector * 0, vector)
             with np.errstate(divide="ignore"):
@@ -452,17 +496,33 @@ class _Run:
                     return None
                 continue
             current = requirements.get(constraint.key)
-            domains = self.topology.domains(constraint.key)
-            candidates = frozenset(d for d in domains if current is None or current.has(d))
-            eligible = self._eligible(constraint, variant, pod)
-            valid = self.topology.valid_domains(pod, constraint, candidates, eligible)
-            valid = self.topology.blocked_by_others(pod, constraint.key, valid)
+            valid = self._allowed_domains(pod, variant, constraint)
+            if current is not None:
+                valid = frozenset(d for d in valid if current.has(d))
             if not valid:
                 return None
             counts = self.topology.group(constraint).matched
             best = min(valid, key=lambda d: (counts.get(d, 0), d))
-            requirements = requirements.add(Requirement.of(constraint.key, IN, [best]))
+            pin = self._pins.get((constraint.key, best))
+            if pin is None:
+                pin = self._pins[(constraint.key, best)] = Requirement.of(constraint.key, IN, [best])
+            requirements = requirements.add(pin)
         return requirements
+
+    def _allowed_domains(self, pod: Pod, variant: Variant, constraint: Constraint) -> frozenset[str]:
+        """The domains of the constraint's key where the pod may go now: valid under the
+        constraint, less those the inverse anti-affinity blocks. Both only filter domains,
+        so a claim's allowed ones are these among its own. Remembered until a count changes
+        (every claim a pod is offered asks the same)."""
+        key = (pod.shape_key, variant, constraint)
+        found = self._allowed.get(key)
+        if found is not None and found[0] == self.topology.version:
+            return found[1]
+        eligible = self._eligible(constraint, variant, pod)
+        valid = self.topology.valid_domains(pod, constraint, self.topology.domains(constraint.key), eligible)
+        allowed = self.topology.blocked_by_others(pod, constraint.key, valid)
+        self._allowed[key] = (self.topology.version, allowed)
+        return allowed
 
     def _fits_as_is(self, b: Bin, requirements: Requirements, used: np.ndarray) -> bool:
         """The claim keeps its requirements and its cheapest type still holds ``used``: its
@@ -471,7 +531,7 @@ class _Run:
             requirements is b.requirements
             and b.cheapest is not None
             and b.pool is not None
-            and not _has_min_values(requirements)
+            and not requirements.has_min_values
             and bool((b.pool.usable[b.cheapest] >= used).all())
         )
 
@@ -500,21 +560,39 @@ class _Run:
         self._commit_capacity(model, b)
         self._commit(pod, b, variant, vector, add_usage=False)
 
-    def _set_idx(self, b: Bin, idx: np.ndarray) -> None:
-        """Every change of a claim's types or usage goes through here (its room follows)."""
+    def _set_idx(self, b: Bin, idx: np.ndarray, extent: tuple | None = None) -> None:
+        """Every change of a claim's types or usage goes through here (its room follows);
+        ``extent`` is ``_extent`` of ``idx`` when already known."""
         model = b.pool
         assert model is not None
         b.idx = idx
-        if len(idx):
-            b.cap = model.usable[idx].max(axis=0)
-            prices = model.prices(b.requirements)[idx]
-            best = int(prices.argmin())
-            b.cheapest, b.price = int(idx[best]), float(prices[best])
-        else:
-            b.cap, b.cheapest, b.price = np.zeros(len(self.resources), dtype=np.int64), None, float("inf")
+        b.cap, b.cheapest, b.price = extent or _extent(model, b.requirements, idx)
         index = self._claim_index.get(id(b))
         if index is not None:
             self._update_room(b, index)
+
+    def _new_claim_types(
+        self, model: PoolModel, requirements: Requirements, vector: np.ndarray, count: int
+    ) -> tuple[np.ndarray, tuple] | None:
+        """The types a new claim for ``count`` pods of ``vector`` starts with and their
+        ``_extent`` (None: no type will do). Unless limits apply, that depends on nothing a
+        placement changes, so claims opened alike share one answer."""
+        limits = self._limit_mask(model, None)
+        key = (model.name, requirements, vector.tobytes(), count) if limits is model.everything else None
+        if key is not None and key in self._new_types:
+            return self._new_types[key]
+        mask = _prefer_ordinary(
+            model, model.fits(model.type_mask(requirements), vector * count) & limits, vector, self.resources
+        )
+        found = None
+        if mask.any() and model.min_values_ok(requirements, mask):
+            idx = np.flatnonzero(mask)
+            extent = _extent(model, requirements, idx)
+            idx.flags.writeable = extent[0].flags.writeable = False  # shared by the claims opened alike
+            found = idx, extent
+        if key is not None:
+            self._new_types[key] = found
+        return found
 
     def _open(self, pod: Pod, variant: Variant, model: PoolModel, vector: np.ndarray, count: int) -> Bin | None:
         if not len(model) or untolerated(self._tolerations(pod, variant), model.taints) is not None:
@@ -526,9 +604,8 @@ class _Run:
         requirements = self._pin_domains(pod, variant, model.requirements.merge(variant.requirements), None)
         if requirements is None:
             return None
-        mask = model.fits(model.type_mask(requirements), vector * count) & self._limit_mask(model, None)
-        mask = _prefer_ordinary(model, mask, vector, self.resources)
-        if not mask.any() or not model.min_values_ok(requirements, mask):
+        types = self._new_claim_types(model, requirements, vector, count)
+        if types is None:
             return None
         self.counter += 1
         b = Bin(
@@ -539,13 +616,12 @@ class _Run:
             pool=model,
             origin=pod.key,
         )
-        self._set_idx(b, np.flatnonzero(mask))
+        self._set_idx(b, *types)
         self._claim_index[id(b)] = len(self.claims)
         self.claims.append(b)
-        self._update_room(b, len(self.claims) - 1)
         if "nodes" in self.remaining[model.name]:
             self.remaining[model.name]["nodes"] -= 1
-        self._grow(b, requirements, pod, variant, vector, count)
+        self._grow(b, requirements, pod, variant, vector, count)  # which records its room
         return b
 
     # ---------------------------------------------------------------- limits
@@ -583,7 +659,7 @@ class _Run:
         variant = self._variants_of(pod)[0]
         queue = self._fill_existing(group, variant, vector)
         key = (pod.shape_key, 0)
-        for index in self._live_claims(key, vector):
+        for index in list(self._live_claims(key, vector)):  # claims grow below
             if not queue:
                 break
             b = self.claims[index]
@@ -654,7 +730,7 @@ class _Run:
             if not queue:
                 continue
             model = next((m for m in self.pools if self._may_open(pod, variant, m)), None)
-            if model is None or _has_min_values(model.requirements.merge(variant.requirements)):
+            if model is None or model.requirements.merge(variant.requirements).has_min_values:
                 rest.append(queue)
                 continue
             jobs.setdefault((model.name, model.requirements.merge(variant.requirements)), []).append(
@@ -708,22 +784,12 @@ class _Run:
     def _open_packed(self, model: PoolModel, requirements: Requirements, pods, classes) -> bool:
         """A new claim holding ``pods`` (class index, pod) as the integer program packed them."""
         used = np.sum([classes[c][2] for c, _ in pods], axis=0)
-        self.counter += 1
-        b = Bin(
-            f"{model.name}-{self.counter}",
-            requirements,
-            used,
-            model.taints,
-            pool=model,
-            idx=np.arange(len(model)),
-            origin=pods[0][1].key,
-        )
-        idx = self._narrow(b, requirements, used)
-        idx = idx[_prefer_ordinary(model, _mask(model, idx), used, self.resources)[idx]]
-        if not len(idx) or ("nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0):
-            self.counter -= 1
+        types = self._new_claim_types(model, requirements, used, 1)  # nodes of one pattern share them
+        if types is None or ("nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0):
             return False
-        self._set_idx(b, idx)
+        self.counter += 1
+        b = Bin(f"{model.name}-{self.counter}", requirements, used, model.taints, pool=model, origin=pods[0][1].key)
+        self._set_idx(b, *types)
         self._claim_index[id(b)] = len(self.claims)
         self.claims.append(b)
         self._update_room(b, len(self.claims) - 1)
@@ -824,6 +890,26 @@ class _Run:
 
     # ---------------------------------------------------------------- the plan
 
+    def _cheapest_options(self, b: Bin, limit: int) -> tuple[list[InstanceTypeOption], Requirement]:
+        """The claim's ``limit`` cheapest types that hold its pods, as options and as the
+        instance-type requirement. Claims opened alike share their (possibly stale) types:
+        those are priced and sorted once, and each claim keeps the first that hold it."""
+        model = b.pool
+        assert model is not None and b.idx is not None
+        zone, capacity_type = b.requirements.get(ZONE), b.requirements.get(CAPACITY_TYPE)
+        key = (model.name, b.idx.tobytes(), zone, capacity_type)
+        order = self._price_orders.get(key)
+        if order is None:
+            order = self._price_orders[key] = model.by_price(b.idx, b.requirements)
+        kept = _first_holding(model.usable, order, b.used, limit)
+        key = (model.name, kept.tobytes(), zone, capacity_type)
+        found = self._options.get(key)
+        if found is None:
+            options = model.options_in_order(kept, b.requirements)
+            types = Requirement.of("node.kubernetes.io/instance-type", IN, [o.instance_type for o in options])
+            found = self._options[key] = (options, types)
+        return found
+
     def score(self) -> tuple[int, float]:
         """Fewer unschedulable pods first, then the lower price (what ``solve`` compares)."""
         return len(self.unschedulable), round(sum(b.price for b in self.claims if b.pods), 6)
@@ -845,29 +931,23 @@ class _Run:
         return len(node.pods) if node is not None else 0
 
     def _finish(self, b: Bin) -> ClaimPlan:
-        self._exact(b)
         model = b.pool
         assert model is not None and b.idx is not None
-        mask = b.mask
         limit = self.snapshot.max_instance_types
-        if any(r.min_values for r in b.requirements.values()):
+        if b.requirements.has_min_values:
             # Keep as many beyond the cap as minValues needs, cheapest first.
-            options = model.options(mask, b.requirements)
+            self._exact(b)
+            options = model.options(b.mask, b.requirements)
             labels = [model.types[model.index_of(o.instance_type)].labels for o in options]
             options = options[: max(limit, b.requirements.min_values_prefix(labels) or 0)]
+            types = Requirement.of("node.kubernetes.io/instance-type", IN, [o.instance_type for o in options])
         else:
-            # Claims of one shape share their candidate types: price and sort them once.
-            key = (model.name, b.idx.tobytes(), b.requirements.get(ZONE), b.requirements.get(CAPACITY_TYPE))
-            options = self._options.get(key)
-            if options is None:
-                options = self._options[key] = model.options(mask, b.requirements, limit)
+            options, types = self._cheapest_options(b, limit)
         chosen = options[0]
         index = model.index_of(chosen.instance_type)
         requests = {r: int(v) for r, v in zip(self.resources, b.used + model.overhead[index], strict=True) if v}
         pods = tuple(p.key for p in b.pods)
-        requirements = b.requirements.add(
-            Requirement.of("node.kubernetes.io/instance-type", IN, [o.instance_type for o in options])
-        )
+        requirements = b.requirements.add(types)
         return ClaimPlan(
             name=b.name,
             nodepool=model.name,
@@ -929,8 +1009,24 @@ def _mask(model: PoolModel, idx: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _has_min_values(requirements: Requirements) -> bool:
-    return any(r.min_values for r in requirements.values())
+def _extent(model: PoolModel, requirements: Requirements, idx: np.ndarray) -> tuple:
+    """Of the types ``idx``: the most each resource can hold, the cheapest type under
+    ``requirements`` (first of equals) and its price."""
+    if not len(idx):
+        return np.zeros(len(model.resources), dtype=np.int64), None, float("inf")
+    prices = model.prices(requirements)[idx]
+    best = int(prices.argmin())
+    return model.usable[idx].max(axis=0), int(idx[best]), float(prices[best])
+
+
+def _first_holding(usable: np.ndarray, order: np.ndarray, used: np.ndarray, limit: int) -> np.ndarray:
+    """The first ``limit`` types of ``order`` whose usable resources hold ``used``; the
+    cheapest few usually do, so they are looked at first."""
+    head = order[: 2 * limit]
+    kept = head[(usable[head] >= used).all(axis=1)]
+    if len(kept) >= limit or len(head) == len(order):
+        return kept[:limit]
+    return order[(usable[order] >= used).all(axis=1)][:limit]
 
 
 def _prefer_ordinary(model: PoolModel, mask: np.ndarray, vector: np.ndarray, resources: Sequence[str]) -> np.ndarray:

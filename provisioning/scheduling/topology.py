@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from provisioning.crd.labels import HOSTNAME
 from provisioning.scheduling.pods import LabelSelector, Pod, PodAffinityTerm, TopologySpreadConstraint
@@ -34,6 +34,18 @@ class Constraint:
     node_affinity_policy: str = "Honor"
     node_taints_policy: str = "Ignore"
 
+    def __hash__(self) -> int:
+        # Every topology lookup hashes its constraint: once is enough (the fields never change).
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(_values(self))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    def __reduce__(self):
+        # string hashes differ between processes: rebuild, never carry the cached hash over
+        return (type(self), _values(self))
+
     def selects(self, pod: Pod) -> bool:
         if self.namespaces is not None and pod.namespace not in self.namespaces:
             return False
@@ -46,6 +58,11 @@ class Constraint:
             ANTI: "pod anti-affinity",
         }[self.kind]
         return f"{what} on {self.key} for pods {self.selector or 'matching everything'}"
+
+
+def _values(instance) -> tuple:
+    """A dataclass's field values, in order."""
+    return tuple(getattr(instance, f.name) for f in fields(instance))
 
 
 def spread_constraint(pod: Pod, c: TopologySpreadConstraint) -> Constraint:
@@ -82,12 +99,14 @@ class Topology:
         self._anti_cache: dict[tuple[str, int, str], list[Group]] = {}
         self._selecting_cache: dict[tuple[str, int], list[tuple[Constraint, Group]]] = {}
         self.keys: set[str] = set()
+        self.version = 0  # changes whenever a count or a group does: answers may differ after
 
     def group(self, constraint: Constraint) -> Group:
         found = self.groups.get(constraint)
         if found is None:
             found = self.groups[constraint] = Group(constraint)
             self.keys.add(constraint.key)
+            self.version += 1
             self._selecting_cache.clear()
             self._anti_cache.clear()
         return found
@@ -112,6 +131,7 @@ class Topology:
 
     def record(self, pod: Pod, owned: Iterable[Constraint], domain_of: Mapping[str, str]) -> None:
         """Count ``pod`` where it landed (``domain_of``: topology key → value of its node)."""
+        self.version += 1
         for constraint, group in self._selecting(pod):
             value = domain_of.get(constraint.key)
             if value is not None:
