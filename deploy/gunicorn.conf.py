@@ -20,6 +20,7 @@ Environment (all optional):
     WEBHOOK_ACCESS_LOG   1 to log every admission request (off)
     KARPWEB_VAR_DIR      the var directory (<repo>/var), as in karpweb.settings
     GUNICORN_CONTROL_SOCKET  path of gunicorn's control socket (off unless set)
+    KARPWEB_LOG_FORMAT   json: gunicorn's own lines are JSON too, access lines with their request id
 
 This file is read by gunicorn only (it is not imported by Django), so it uses plain os.environ.
 """
@@ -160,3 +161,20 @@ def post_worker_init(worker):
     """
     gc.collect()
     gc.freeze()
+
+
+# With JSON logs (karpweb/logs.py), gunicorn's own lines are JSON too; an access line carries the
+# request's method, path, status, duration and the X-Request-ID the response was given.
+if (os.environ.get("KARPWEB_LOG_FORMAT") or "").strip().lower() == "json":
+    logconfig_dict = {
+        "formatters": {"generic": {"()": "karpweb.logs.JsonFormatter"}},
+        "loggers": {
+            # Django's root handler must not print these a second time.
+            "gunicorn.error": {"level": loglevel.upper(), "handlers": ["error_console"], "propagate": False},
+            "gunicorn.access": {
+                "level": "INFO" if accesslog else "WARNING",
+                "handlers": ["console"],
+                "propagate": False,
+            },
+        },
+    }

@@ -48,6 +48,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "karpweb.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -236,11 +237,25 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300)
 
+# Celery would replace the handlers below with its own text format; workers log as the rest do.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# "text" reads well in a terminal (`make run`); "json" is one object per line for a log pipeline,
+# with the request id or the task on every line (karpweb/logs.py).
+KARPWEB_LOG_FORMAT = env_str("KARPWEB_LOG_FORMAT", "text").strip().lower() or "text"
+if KARPWEB_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"KARPWEB_LOG_FORMAT={KARPWEB_LOG_FORMAT!r}: expected text or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "karpweb.logs.ContextFilter"}},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s%(context)s"},
+        "json": {"()": "karpweb.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": KARPWEB_LOG_FORMAT, "filters": ["context"]}
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 

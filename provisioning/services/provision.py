@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from decimal import Decimal
@@ -147,16 +148,34 @@ def provision_once(solve: Callable | None = None) -> Decision | None:
         "record": round(time.perf_counter() - solved, 4),
     }
     decision.save(update_fields=["timings"])
+    _log_decision(decision, plan)
+    return decision
+
+
+def _log_decision(decision: Decision, plan: Plan) -> None:
+    """The one line a Decision gets: what went in, what came out, why pods were left over."""
+    reasons = Counter(reason[:200] for reason in plan.unschedulable.values())
+    types = Counter(c.options[0].instance_type for c in plan.claims if c.options)
     log.info(
         "decision %s: %d pods, %d nodeclaims ($%.4f/h), %d unschedulable, solve %.3fs",
         decision.pk,
-        len(pending),
+        len(decision.pods),
         len(plan.claims),
         plan.total_price,
         len(plan.unschedulable),
-        solved - prepared,
+        decision.timings["solve"],
+        extra={
+            "event": "decision",
+            "decision": decision.pk,
+            "pods": len(decision.pods),
+            "nodeclaims": len(plan.claims),
+            "instance_types": dict(types.most_common(10)),
+            "price_per_hour": round(plan.total_price, 6),
+            "unschedulable": len(plan.unschedulable),
+            "unschedulable_reasons": dict(reasons.most_common(5)),
+            "timings": decision.timings,
+        },
     )
-    return decision
 
 
 def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
