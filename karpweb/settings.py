@@ -49,6 +49,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "karpweb.logs.RequestIdMiddleware",
+    # Before anything that checks the Host header: Prometheus scrapes a pod by its IP.
+    "provisioning.observability.views.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -258,6 +260,16 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# Metrics (provisioning/observability): /metrics answers Prometheus; with a token set it wants
+# `Authorization: Bearer <token>`. Of the web replicas, the one holding a lease in Redis adds the
+# cluster's state from the database, so a sum over replicas counts each pod and node once.
+KARPWEB_METRICS_TOKEN = env_str("KARPWEB_METRICS_TOKEN")
+KARPWEB_METRICS_LEASE_SECONDS = env_float("KARPWEB_METRICS_LEASE_SECONDS", 90.0)
+# karpenter_pods_state has a series per pod: at most this many, pending pods first.
+KARPWEB_METRICS_MAX_POD_SERIES = env_int("KARPWEB_METRICS_MAX_POD_SERIES", 5000)
+# Which gunicorn role this process serves (deploy/gunicorn.conf.py reads the same variable).
+KARPWEB_ROLE = env_str("KARPWEB_ROLE", "web").strip().lower() or "web"
 
 # The cloud: "simulated" (default) is the moto server `make run` starts and points boto3 at
 # (AWS_ENDPOINT_URL); "aws" is real AWS with the usual credential chain.

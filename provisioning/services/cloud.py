@@ -34,6 +34,7 @@ from provisioning.cloud.base import (
 from provisioning.cloud.launch import garbage_collect, launch_with_fallback
 from provisioning.crd.ec2nodeclass import effective_ami_family
 from provisioning.models import EC2NodeClass, NodeClaim, NodePool
+from provisioning.observability.metrics import cloud_call
 from provisioning.services.connections import get_redis
 
 log = logging.getLogger(__name__)
@@ -127,16 +128,17 @@ def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeC
     try:
         request = dataclasses.replace(_launch_request(claim, cloud), first_attempt=first_attempt)
         redis = get_redis()
-        instance = launch_with_fallback(
-            cloud,
-            request,
-            mark_unavailable=lambda option: ice.mark_unavailable(
-                redis, option.capacity_type, option.instance_type, option.zone, "InsufficientInstanceCapacity"
-            ),
-            is_unavailable=lambda option: ice.is_unavailable(
-                redis, option.capacity_type, option.instance_type, option.zone
-            ),
-        )
+        with cloud_call("nodeclaim.lifecycle", "Create"):
+            instance = launch_with_fallback(
+                cloud,
+                request,
+                mark_unavailable=lambda option: ice.mark_unavailable(
+                    redis, option.capacity_type, option.instance_type, option.zone, "InsufficientInstanceCapacity"
+                ),
+                is_unavailable=lambda option: ice.is_unavailable(
+                    redis, option.capacity_type, option.instance_type, option.zone
+                ),
+            )
     except Throttled:
         claim.move(NodeClaim.State.LAUNCHING, NodeClaim.State.PENDING)
         raise

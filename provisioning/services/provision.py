@@ -28,6 +28,13 @@ from django.utils import timezone
 
 from provisioning.cluster.simulated import node_manifest, pod_manifest
 from provisioning.models import ClusterNode, ClusterPod, Decision, EC2NodeClass, NodeClaim, NodePool
+from provisioning.observability.metrics import (
+    BATCH_WINDOW,
+    PROVISIONING_DURATION,
+    PROVISIONING_PODS,
+    SCHEDULING_DURATION,
+    cloud_call,
+)
 from provisioning.scheduling.plan import ClaimPlan, Plan
 from provisioning.services.connections import get_redis
 
@@ -83,6 +90,7 @@ def window_wait(now: float | None = None, redis: Any = None) -> float:
     if wait > 0:
         return wait
     redis.delete(WINDOW_FIRST, WINDOW_LAST, WINDOW_OPEN)
+    BATCH_WINDOW.observe(max(0.0, now - float(first)))
     return 0.0
 
 
@@ -148,6 +156,9 @@ def provision_once(solve: Callable | None = None) -> Decision | None:
         "record": round(time.perf_counter() - solved, 4),
     }
     decision.save(update_fields=["timings"])
+    SCHEDULING_DURATION.labels("provisioner").observe(solved - prepared)
+    PROVISIONING_DURATION.observe(time.perf_counter() - started)
+    PROVISIONING_PODS.observe(len(pending))
     _log_decision(decision, plan)
     return decision
 
@@ -339,7 +350,8 @@ def terminate_claim(claim: NodeClaim, cloud) -> None:
     from provisioning.cluster import get_cluster
 
     if claim.instance_id:
-        cloud.terminate(claim.instance_id)
+        with cloud_call("nodeclaim.termination", "Delete"):
+            cloud.terminate(claim.instance_id)
     if claim.node_name:
         get_cluster().delete_node(claim.node_name)
     ClusterPod.objects.filter(nominated=claim.name, node_name="").update(nominated="")
