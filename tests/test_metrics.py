@@ -78,7 +78,7 @@ def run_and_bind() -> list[NodeClaim]:
         claim.move(
             NodeClaim.State.PENDING,
             NodeClaim.State.LAUNCHED,
-            instance_id=f"i-{claim.pk:017x}",
+            instance_id=f"i-{claim.pk:012x}00000",  # unique in the 12 digits a node is named by
             instance_type=option["instanceType"],
             zone=option["zone"],
             capacity_type=option["capacityType"],
