@@ -88,6 +88,11 @@ DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'karpweb.sqlite3'}"),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        # A kept connection that died (a failover, pgbouncer restarting) is replaced before
+        # use instead of failing the request or task that would have used it.
+        conn_health_checks=True,
+        # PgBouncer in transaction mode cannot keep a server-side cursor between transactions.
+        disable_server_side_cursors=env_bool("DATABASE_DISABLE_SERVER_SIDE_CURSORS", False),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
