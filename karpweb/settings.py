@@ -13,6 +13,7 @@ from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from karpweb.env import env_bool, env_float, env_int, env_list, env_str
+from karpweb.redisconf import sentinels
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("KARPWEB_VAR_DIR", str(BASE_DIR / "var")))
@@ -110,8 +111,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Unset means "not configured": `make run` starts the embedded Redis and sets it for
-# everything it launches; tests start one too.
+# everything it launches; tests start one too. A sentinel:// URL names Sentinels, which tell
+# every client where the master REDIS_SENTINEL_MASTER is (karpweb/redisconf.py).
 REDIS_URL = env_str("REDIS_URL")
+REDIS_SENTINEL_MASTER = env_str("REDIS_SENTINEL_MASTER")
+REDIS_SENTINELS = sentinels(REDIS_URL, REDIS_SENTINEL_MASTER)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -211,11 +215,18 @@ SPECTACULAR_SETTINGS = {
         "PodPhaseEnum": "provisioning.rest.schema.POD_PHASES",
     },
 }
-CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
-    if REDIS_URL
-    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
-}
+if REDIS_SENTINELS:
+    CACHES = {
+        "default": {
+            "BACKEND": "karpweb.redisconf.SentinelRedisCache",
+            "LOCATION": [REDIS_URL],
+            "OPTIONS": {"master": REDIS_SENTINEL_MASTER},
+        }
+    }
+elif REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 KARPWEB_BATCH_IDLE_SECONDS = env_float("KARPWEB_BATCH_IDLE_SECONDS", 1.0)
 KARPWEB_BATCH_MAX_SECONDS = env_float("KARPWEB_BATCH_MAX_SECONDS", 10.0)
@@ -236,7 +247,9 @@ KARPWEB_SPOT_TO_SPOT_CONSOLIDATION = env_bool("KARPWEB_SPOT_TO_SPOT_CONSOLIDATIO
 # The demo workload (Deployments that scale over time) on the simulated cluster.
 KARPWEB_DEMO_WORKLOAD = env_bool("KARPWEB_DEMO_WORKLOAD", False)
 
-CELERY_BROKER_URL = REDIS_URL or "redis://127.0.0.1:6379/0"
+CELERY_BROKER_URL = REDIS_SENTINELS.broker_url() if REDIS_SENTINELS else REDIS_URL or "redis://127.0.0.1:6379/0"
+if REDIS_SENTINELS:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"master_name": REDIS_SENTINEL_MASTER}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
