@@ -75,23 +75,19 @@ def _authorized(request: HttpRequest) -> bool:
 
 def _registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    if multiprocess_dir():
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         multiprocess.MultiProcessCollector(registry)  # every worker of this server, from its files
     else:
-        registry.register(_Everything(REGISTRY))  # one process: its own registry holds it all
+        registry.register(_ThisProcess(REGISTRY))  # one process: its own registry holds it all
     if settings.KARPWEB_ROLE == "web":
         exporting = holds_lease()
-        registry.register(_Constant(exporting))
+        registry.register(_Exporter(exporting))
         if exporting:
             registry.register(ClusterState())
     return registry
 
 
-def multiprocess_dir() -> str:
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
-
-
-class _Everything(Collector):
+class _ThisProcess(Collector):
     """The default registry as one collector of another (names are checked there already)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -101,7 +97,7 @@ class _Everything(Collector):
         return self.registry.collect()
 
 
-class _Constant(Collector):
+class _Exporter(Collector):
     def __init__(self, exporting: bool) -> None:
         self.exporting = exporting
 
