@@ -4,11 +4,9 @@ import os
 
 from celery import Celery
 
-from provisioning.observability import worker as worker_metrics
+import provisioning.observability.worker  # noqa: F401  (connects the signals by which a worker serves its metrics)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "karpweb.settings")
-# Before any module imports prometheus_client: the pool's processes count in shared files.
-worker_metrics.share_between_processes()
 
 app = Celery("karpweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")

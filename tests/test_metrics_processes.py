@@ -101,9 +101,10 @@ def test_a_celery_worker_serves_what_its_pool_counted(clean_redis, redis_url, tm
         "KARPWEB_VAR_DIR": str(tmp_path),
         "KARPWEB_METRICS_PORT": str(port),
         "KARPWEB_METRICS_ADDR": "127.0.0.1",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
         "DJANGO_SETTINGS_MODULE": "karpweb.settings",
     }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    (tmp_path / "metrics").mkdir()
     argv = [sys.executable, "-m", "celery", "-A", "karpweb", "worker", "--beat", "--concurrency", "2"]
     argv += ["--schedule", str(tmp_path / "beat-schedule"), "--without-gossip", "--without-mingle"]
     log = (tmp_path / "worker.log").open("wb")
