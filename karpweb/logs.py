@@ -19,7 +19,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 from celery import signals
@@ -138,16 +138,21 @@ def _enter_task(task_id: str | None = None, task: Any = None, **kwargs: Any) -> 
     request = getattr(task, "request", None)
     # A worker puts message headers on the request; an eager apply() keeps them in .headers.
     sent_by = getattr(request, CELERY_HEADER, None) or (getattr(request, "headers", None) or {}).get(CELERY_HEADER)
-    _set_task_context(task_id, getattr(task, "name", None), sent_by)
+    _entered[task_id] = (
+        current_task_id.set(task_id),
+        current_task_name.set(getattr(task, "name", None)),
+        current_request_id.set(sent_by if sent_by is None or _ACCEPTABLE_ID.match(str(sent_by)) else None),
+    )
 
 
 @signals.task_postrun.connect
-def _leave_task(**kwargs: Any) -> None:
-    _set_task_context(None, None, None)
+def _leave_task(task_id: str | None = None, **kwargs: Any) -> None:
+    # Back to what was there before: nothing in a worker; the request, for a task run eagerly
+    # while serving one.
+    tokens = _entered.pop(task_id, None)
+    if tokens is not None:
+        for var, token in zip((current_task_id, current_task_name, current_request_id), tokens, strict=True):
+            var.reset(token)
 
 
-def _set_task_context(tid: str | None, name: str | None, rid: str | None) -> None:
-    # Pool processes run one task after another on the same thread: set and clear, no tokens.
-    current_task_id.set(tid)
-    current_task_name.set(name)
-    current_request_id.set(rid if rid is None or _ACCEPTABLE_ID.match(str(rid)) else None)
+_entered: dict[str | None, tuple[Token, Token, Token]] = {}

@@ -159,3 +159,12 @@ def test_the_log_format_setting_picks_json_or_refuses_junk(tmp_path):
     env["KARPWEB_LOG_FORMAT"] = "xml"
     refused = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert refused.returncode != 0 and "KARPWEB_LOG_FORMAT='xml': expected text or json" in refused.stderr
+
+
+def test_a_task_run_while_serving_a_request_leaves_the_request_its_id():
+    token = logs.current_request_id.set("req-7")
+    try:
+        log_a_line.apply()
+        assert logs.current_request_id.get() == "req-7" and logs.current_task_id.get() is None
+    finally:
+        logs.current_request_id.reset(token)
