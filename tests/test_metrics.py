@@ -213,6 +213,19 @@ def test_terminated_claims_count_and_nothing_created_is_uncounted(client, redis,
     assert value(samples, "karpenter_nodepools_usage", nodepool="general", resource_type="nodes") == len(claims) - 1
 
 
+def test_a_claim_still_launching_counts_as_its_cheapest_option(client, redis, policies):
+    simulated.apply_pods(simulated.workload_pods([deployment("web", 4)])[0])
+    claims = list(provision.provision_once().claims.all())
+    assert claims and all(c.state == NodeClaim.State.PENDING and not c.instance_type for c in claims)
+    capacity = {t.name: t.capacity for t in load_catalog().instance_types()}
+    samples = scrape(client)
+    assert value(samples, "karpenter_nodepools_usage", nodepool="general", resource_type="memory") == sum(
+        capacity[c.launch_options[0]["instanceType"]]["memory"] for c in claims
+    )
+    assert value(samples, "karpweb_nodeclaims", nodepool="general", state="pending") == len(claims)
+    assert value(samples, "karpenter_scheduler_queue_depth", controller="provisioner") == 0  # all nominated
+
+
 def test_disruptions_count_once_carried_out(client, redis, policies):
     def disruption(state, reason="Underutilized", nodes=("a",), plan=()):
         return Disruption.objects.create(state=state, reason=reason, nodes=list(nodes), replacement_plan=list(plan))
