@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds manifests bench-webhook bench-catalog bench-solver bench-pipeline bench-ui fuzz-api clean
+.PHONY: setup run test test-fast lint crds manifests bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-ui fuzz-api clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,12 @@ bench-solver: setup
 
 bench-pipeline: setup
 	$(PY) bench/pipeline.py --workers 4
+
+# Provisioning runs per minute by batch size, on a cluster already running pods; the cost of a
+# /metrics scrape; then how many admission reviews one webhook replica answers per second.
+bench-capacity: setup
+	$(PY) bench/capacity.py
+	$(PY) bench/webhook_latency.py --concurrency 8 --duration 15
 
 # schemathesis against the OpenAPI schema: no server errors, only documented answers.
 fuzz-api: setup

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Open-loop latency benchmark for the validating admission webhook (POST /webhook/validate).
+"""Open-loop latency benchmark for the validating admission webhook (POST /webhook/validate),
+and a closed-loop throughput mode: how many reviews one replica answers per second.
 
     .venv/bin/python bench/webhook_latency.py                    # start gunicorn, 200 req/s for 20 s
     .venv/bin/python bench/webhook_latency.py --rate 500 --duration 10 --workers 4
+    .venv/bin/python bench/webhook_latency.py --concurrency 16   # throughput: 16 clients back to back
     .venv/bin/python bench/webhook_latency.py --url https://127.0.0.1:8443/webhook/validate \\
         --ca var/webhook-certs/ca.crt                            # a server that is already running
 
@@ -22,8 +24,12 @@ them alive; gunicorn's sync worker closes every connection, so then each request
 handshake, which is also what the API server pays against that server (the output says which).
 Latency percentiles cover every request, failed ones included (a timeout counts as its full wait).
 
+With --concurrency N there is no schedule: N clients each send their next request as soon as the last
+is answered, for --duration seconds, which finds the most the server answers (its capacity, measured
+with the client on the same machine: the CPU time the client used is printed beside it).
+
 Stdlib only. Loopback only, bounded: at most --rate x --duration requests (plus the 2 s warm-up), each
-with a 5 s timeout (the API server's timeoutSeconds).
+with a 5 s timeout (the API server's timeoutSeconds); in throughput mode at most --duration seconds.
 """
 
 from __future__ import annotations
@@ -432,6 +438,58 @@ def run_phase(client: Client, rate: float, seconds: float, label: str, stop: thr
     return results
 
 
+def run_closed(client: Client, concurrency: int, seconds: float, label: str, stop: threading.Event) -> Results:
+    """``concurrency`` clients, each sending its next request when the last is answered."""
+    bodies = []
+    for i in range(64):
+        kind = "EC2NodeClass" if i % 3 == 2 else "NodePool"
+        uid = str(uuid.uuid4())
+        bodies.append((kind, uid, admission_review(kind, uid)))
+    results = Results()
+    lock = threading.Lock()
+    start = time.perf_counter()
+    end = start + seconds
+    results.first_due = start
+    print(f"{label}: {concurrency} clients back to back for {seconds:g} s", flush=True)
+
+    def sender(n: int) -> None:
+        i = n
+        while not stop.is_set():
+            sent = time.perf_counter()
+            if sent >= end:
+                return
+            kind, uid, body = bodies[i % len(bodies)]
+            i += concurrency
+            error = verdict = None
+            try:
+                status, data = client.post(body)
+                error, verdict = check_reply(status, data, uid)
+            except TimeoutError:
+                error = "timeout"
+            except (OSError, http.client.HTTPException) as exc:
+                error = type(exc).__name__
+            done = time.perf_counter()
+            with lock:
+                results.sent += 1
+                results.latencies_ms.append((done - sent) * 1000)
+                results.last_done = max(results.last_done, done)
+                if error:
+                    results.errors[error] += 1
+                else:
+                    results.verdicts[f"{kind} {verdict}"] += 1
+
+    threads = [threading.Thread(target=sender, args=(n,), daemon=True) for n in range(concurrency)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    return results
+
+
 # --------------------------------------------------------------------------------------------------
 # Report
 
@@ -500,6 +558,31 @@ def report(res: Results, rate: float, duration: float, client: Client, server: s
             )
 
 
+def report_throughput(res: Results, concurrency: int, client: Client, server: str, cpu_seconds: float) -> None:
+    lat = sorted(res.latencies_ms)
+    ok = sum(res.verdicts.values())
+    errors = sum(res.errors.values())
+    span = max(1e-9, res.last_done - res.first_due)
+    rows = [
+        ("server", server),
+        ("clients", f"{concurrency}, each sending when answered (closed loop)"),
+        ("requests", f"{res.sent} in {span:.1f} s"),
+        ("errors", f"{errors}  ({', '.join(f'{k}: {v}' for k, v in res.errors.most_common())})" if errors else "0"),
+        ("throughput", f"{ok / span:.0f} reviews/s answered correctly"),
+        (
+            "latency p50/p99/max",
+            f"{percentile(lat, 50):.2f} / {percentile(lat, 99):.2f} / {lat[-1]:.2f} ms" if lat else "-",
+        ),
+        ("client CPU", f"{cpu_seconds:.1f} s of the {span:.1f} s (the client shares this machine's cores)"),
+        ("connections", f"{client.opened} opened for {res.sent} requests (the rest kept alive since the warm-up)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print()
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+    print()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate", type=float, default=200.0, help="requests per second (default 200)")
@@ -511,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", help="benchmark this running server (loopback only) instead of starting one")
     ap.add_argument("--ca", type=Path, help="CA to verify --url with (default <var>/webhook-certs/ca.crt)")
     ap.add_argument("--per-second", action="store_true", help="also print latency by second of the run")
+    ap.add_argument(
+        "--concurrency", type=int, help="throughput mode: this many clients back to back (no --rate schedule)"
+    )
     args = ap.parse_args(argv)
     if not 0 < args.rate <= 5000:
         ap.error("--rate: expected 0 < rate <= 5000")
@@ -518,6 +604,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--duration: expected 0 < seconds <= 600")
     if not 1 <= args.workers <= 64 or not 1 <= args.threads <= 64:
         ap.error("--workers/--threads: expected 1..64")
+    if args.concurrency is not None and not 1 <= args.concurrency <= 256:
+        ap.error("--concurrency: expected 1..256")
 
     stop = threading.Event()
 
@@ -543,6 +631,13 @@ def main(argv: list[str] | None = None) -> int:
                 else (f"gunicorn webhook role, {args.workers} gthread worker(s) x {args.threads} threads")
             )
         wait_until_up(client, server)
+        if args.concurrency:
+            run_closed(client, args.concurrency, WARMUP_SECONDS, "warm-up", stop)
+            client.opened = client.closed_by_server = 0
+            cpu = time.process_time()
+            res = run_closed(client, args.concurrency, args.duration, "measuring", stop)
+            report_throughput(res, args.concurrency, client, label, time.process_time() - cpu)
+            return 0
         run_phase(client, args.rate, WARMUP_SECONDS, "warm-up", stop)
         client.opened = client.closed_by_server = 0  # count the measured phase only
         res = run_phase(client, args.rate, args.duration, "measuring", stop)

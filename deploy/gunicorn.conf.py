@@ -20,6 +20,9 @@ Environment (all optional):
     WEBHOOK_ACCESS_LOG   1 to log every admission request (off)
     KARPWEB_VAR_DIR      the var directory (<repo>/var), as in karpweb.settings
     GUNICORN_CONTROL_SOCKET  path of gunicorn's control socket (off unless set)
+    PROMETHEUS_MULTIPROC_DIR where the workers keep their metrics for /metrics (a fresh directory
+                         per server, removed at exit, unless set)
+    KARPWEB_LOG_FORMAT   json: gunicorn's own lines are JSON too, access lines with their request id
 
 This file is read by gunicorn only (it is not imported by Django), so it uses plain os.environ.
 """
@@ -29,7 +32,9 @@ from __future__ import annotations
 import gc
 import math
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -160,3 +165,36 @@ def post_worker_init(worker):
     """
     gc.collect()
     gc.freeze()
+
+
+# Metrics: each worker counts in its own file under this directory and /metrics, served by any
+# worker, sums them all (prometheus_client's multiprocess mode). One directory per server, made
+# before the workers are forked: they inherit it and read it when prometheus_client is imported.
+METRICS_DIR_PREFIX = f"karpweb-{ROLE}-metrics-"
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    _shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix=METRICS_DIR_PREFIX, dir=_shm)
+
+
+def on_exit(server):
+    """Remove the metrics directory made above (one given in the environment is left alone)."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+    if os.path.basename(directory).startswith(METRICS_DIR_PREFIX):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+# With JSON logs (karpweb/logs.py), gunicorn's own lines are JSON too; an access line carries the
+# request's method, path, status, duration and the X-Request-ID the response was given.
+if (os.environ.get("KARPWEB_LOG_FORMAT") or "").strip().lower() == "json":
+    logconfig_dict = {
+        "formatters": {"generic": {"()": "karpweb.logs.JsonFormatter"}},
+        "loggers": {
+            # Django's root handler must not print these a second time.
+            "gunicorn.error": {"level": loglevel.upper(), "handlers": ["error_console"], "propagate": False},
+            "gunicorn.access": {
+                "level": "INFO" if accesslog else "WARNING",
+                "handlers": ["console"],
+                "propagate": False,
+            },
+        },
+    }

@@ -5,6 +5,7 @@ import os
 from celery import Celery
 from celery.signals import heartbeat_sent
 
+import provisioning.observability.worker  # noqa: F401  (connects the signals by which a worker serves its metrics)
 from karpweb import heartbeat
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "karpweb.settings")

@@ -13,6 +13,7 @@ from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from karpweb.env import env_bool, env_float, env_int, env_list, env_str
+from karpweb.redisconf import sentinels
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("KARPWEB_VAR_DIR", str(BASE_DIR / "var")))
@@ -48,6 +49,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "karpweb.logs.RequestIdMiddleware",
+    # Before anything that checks the Host header: Prometheus scrapes a pod by its IP.
+    "provisioning.observability.views.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -85,6 +89,11 @@ DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'karpweb.sqlite3'}"),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        # A kept connection that died (a failover, pgbouncer restarting) is replaced before
+        # use instead of failing the request or task that would have used it.
+        conn_health_checks=True,
+        # PgBouncer in transaction mode cannot keep a server-side cursor between transactions.
+        disable_server_side_cursors=env_bool("DATABASE_DISABLE_SERVER_SIDE_CURSORS", False),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -102,8 +111,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Unset means "not configured": `make run` starts the embedded Redis and sets it for
-# everything it launches; tests start one too.
+# everything it launches; tests start one too. A sentinel:// URL names Sentinels, which tell
+# every client where the master REDIS_SENTINEL_MASTER is (karpweb/redisconf.py).
 REDIS_URL = env_str("REDIS_URL")
+REDIS_SENTINEL_MASTER = env_str("REDIS_SENTINEL_MASTER")
+REDIS_SENTINELS = sentinels(REDIS_URL, REDIS_SENTINEL_MASTER)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -205,11 +217,18 @@ SPECTACULAR_SETTINGS = {
         "PodPhaseEnum": "provisioning.rest.schema.POD_PHASES",
     },
 }
-CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
-    if REDIS_URL
-    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
-}
+if REDIS_SENTINELS:
+    CACHES = {
+        "default": {
+            "BACKEND": "karpweb.redisconf.SentinelRedisCache",
+            "LOCATION": [REDIS_URL],
+            "OPTIONS": {"master": REDIS_SENTINEL_MASTER},
+        }
+    }
+elif REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 KARPWEB_BATCH_IDLE_SECONDS = env_float("KARPWEB_BATCH_IDLE_SECONDS", 1.0)
 KARPWEB_BATCH_MAX_SECONDS = env_float("KARPWEB_BATCH_MAX_SECONDS", 10.0)
@@ -230,7 +249,9 @@ KARPWEB_SPOT_TO_SPOT_CONSOLIDATION = env_bool("KARPWEB_SPOT_TO_SPOT_CONSOLIDATIO
 # The demo workload (Deployments that scale over time) on the simulated cluster.
 KARPWEB_DEMO_WORKLOAD = env_bool("KARPWEB_DEMO_WORKLOAD", False)
 
-CELERY_BROKER_URL = REDIS_URL or "redis://127.0.0.1:6379/0"
+CELERY_BROKER_URL = REDIS_SENTINELS.broker_url() if REDIS_SENTINELS else REDIS_URL or "redis://127.0.0.1:6379/0"
+if REDIS_SENTINELS:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"master_name": REDIS_SENTINEL_MASTER}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -238,13 +259,37 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300)
 
+# Celery would replace the handlers below with its own text format; workers log as the rest do.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# "text" reads well in a terminal (`make run`); "json" is one object per line for a log pipeline,
+# with the request id or the task on every line (karpweb/logs.py).
+KARPWEB_LOG_FORMAT = env_str("KARPWEB_LOG_FORMAT", "text").strip().lower() or "text"
+if KARPWEB_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"KARPWEB_LOG_FORMAT={KARPWEB_LOG_FORMAT!r}: expected text or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "karpweb.logs.ContextFilter"}},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s%(context)s"},
+        "json": {"()": "karpweb.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": KARPWEB_LOG_FORMAT, "filters": ["context"]}
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# Metrics (provisioning/observability): /metrics answers Prometheus; with a token set it wants
+# `Authorization: Bearer <token>`. Of the web replicas, the one holding a lease in Redis adds the
+# cluster's state from the database, so a sum over replicas counts each pod and node once.
+KARPWEB_METRICS_TOKEN = env_str("KARPWEB_METRICS_TOKEN")
+KARPWEB_METRICS_LEASE_SECONDS = env_float("KARPWEB_METRICS_LEASE_SECONDS", 90.0)
+# karpenter_pods_state has a series per pod: at most this many, pending pods first.
+KARPWEB_METRICS_MAX_POD_SERIES = env_int("KARPWEB_METRICS_MAX_POD_SERIES", 5000)
+# Which gunicorn role this process serves (deploy/gunicorn.conf.py reads the same variable).
+KARPWEB_ROLE = env_str("KARPWEB_ROLE", "web").strip().lower() or "web"
 
 # The cloud: "simulated" (default) is the moto server `make run` starts and points boto3 at
 # (AWS_ENDPOINT_URL); "aws" is real AWS with the usual credential chain.

@@ -32,8 +32,10 @@ def _redis() -> str:
         return "not configured"
     import redis
 
+    from karpweb.redisconf import client
+
     try:
-        redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1).ping()
+        client(settings.REDIS_URL, settings.REDIS_SENTINEL_MASTER, timeout=1).ping()
         return "ok"
     except redis.RedisError as exc:
         return f"error: {exc.__class__.__name__}"

@@ -13,6 +13,8 @@ from provisioning.cluster.base import ClusterError
 
 log = logging.getLogger(__name__)
 
+DISRUPTION_LOCK = "karpweb:disruption:lock"
+
 
 @shared_task(
     name="provisioning.tasks.refresh_catalog",
@@ -243,8 +245,17 @@ def export_policy(kind: str, name: str) -> str:
 def disrupt() -> dict[str, Any]:
     """One disruption round (every 10 s): advance the command in progress or plan one."""
     from provisioning.services import disruption as service
+    from provisioning.services.connections import get_redis
 
-    current = service.run()
+    # One round at a time whatever the number of workers: a round that outlasts the beat's
+    # 10 s must not let a second one plan another command beside it.
+    lock = get_redis().lock(DISRUPTION_LOCK, timeout=300, blocking_timeout=0)
+    if not lock.acquire(blocking=False):
+        return {"skipped": "another disruption round is running"}
+    try:
+        current = service.run()
+    finally:
+        lock.release()
     return {"disruption": current.pk if current else None, "state": current.state if current else None}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from django.conf import settings
@@ -20,11 +21,13 @@ from django.views.decorators.csrf import csrf_exempt
 from provisioning import crd
 from provisioning.crd.errors import ManifestError
 from provisioning.crd.manifest import check_shape
+from provisioning.observability.metrics import WEBHOOK_DURATION
 from provisioning.services.policy import deletion_warnings, validate_manifest
 
 log = logging.getLogger(__name__)
 
 REVIEW_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")  # the only values a latency label takes
 MAX_WARNING = 120
 
 
@@ -34,12 +37,23 @@ class BadReview(Exception):
 
 @csrf_exempt
 def validate(request: HttpRequest) -> HttpResponse:
+    started = time.perf_counter()
+    labels = ("", "", "error")
+    try:
+        response, labels = _answer(request)
+    finally:
+        WEBHOOK_DURATION.labels(*labels).observe(time.perf_counter() - started)
+    return response
+
+
+def _answer(request: HttpRequest) -> tuple[HttpResponse, tuple[str, str, str]]:
+    """The reply, and the labels of its latency: kind, operation, result."""
     if request.method != "POST":
-        return _error(405, "POST an AdmissionReview (admission.k8s.io/v1) here")
+        return _error(405, "POST an AdmissionReview (admission.k8s.io/v1) here"), ("", "", "error")
     try:
         review = _read(request)
     except BadReview as exc:
-        return _error(400, str(exc))
+        return _error(400, str(exc)), ("", "", "error")
     req = review["request"]
     try:
         allowed, code, message, warnings = _decide(req)
@@ -51,7 +65,10 @@ def validate(request: HttpRequest) -> HttpResponse:
         response["status"] = {"code": code, "message": message, "reason": "Invalid" if code == 422 else "BadRequest"}
     if warnings:
         response["warnings"] = [_short(w) for w in warnings]
-    return JsonResponse({"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response})
+    kind = _request_kind(req)
+    operation = req.get("operation") if req.get("operation") in OPERATIONS else ""
+    labels = (kind.kind if kind else "", operation, "allowed" if allowed else "denied")
+    return JsonResponse({"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}), labels
 
 
 def _read(request: HttpRequest) -> dict[str, Any]:

@@ -181,3 +181,17 @@ def test_a_recheck_asks_whether_these_nodes_can_still_go_not_whether_they_come_f
     planned.refresh_from_db()
     assert planned.state == Disruption.State.DONE
     assert set(ClusterNode.objects.values_list("name", flat=True)) == {"ip-b", "ip-busy"}
+
+
+def test_one_disruption_round_at_a_time_whatever_the_number_of_workers(cluster):
+    from provisioning import tasks
+
+    add_node("ip-empty")
+    lock = connections.get_redis().lock(tasks.DISRUPTION_LOCK, timeout=30)
+    assert lock.acquire(blocking=False)  # another worker is in a round
+    try:
+        assert tasks.disrupt() == {"skipped": "another disruption round is running"}
+        assert not Disruption.objects.exists()
+    finally:
+        lock.release()
+    assert tasks.disrupt()["state"] == Disruption.State.PLANNED

@@ -36,6 +36,7 @@ from provisioning.cloud.base import (
 from provisioning.cloud.launch import garbage_collect, launch_with_fallback
 from provisioning.crd.ec2nodeclass import effective_ami_family
 from provisioning.models import EC2NodeClass, NodeClaim, NodePool
+from provisioning.observability.metrics import cloud_call
 from provisioning.services.connections import get_redis
 
 log = logging.getLogger(__name__)
@@ -129,9 +130,10 @@ def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeC
     try:
         request = dataclasses.replace(launch_request(claim, cloud), first_attempt=first_attempt)
         mark_unavailable, is_unavailable = ice_cache(get_redis())
-        instance = launch_with_fallback(
-            cloud, request, mark_unavailable=mark_unavailable, is_unavailable=is_unavailable
-        )
+        with cloud_call("nodeclaim.lifecycle", "Create"):
+            instance = launch_with_fallback(
+                cloud, request, mark_unavailable=mark_unavailable, is_unavailable=is_unavailable
+            )
     except Throttled:
         claim.move(NodeClaim.State.LAUNCHING, NodeClaim.State.PENDING)
         raise

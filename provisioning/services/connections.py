@@ -8,12 +8,14 @@ import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from karpweb.redisconf import client
+
 
 @functools.cache
 def get_redis() -> redis.Redis:
     if not settings.REDIS_URL:
         raise ImproperlyConfigured("REDIS_URL is not set (make run starts an embedded Redis and sets it)")
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+    return client(settings.REDIS_URL, settings.REDIS_SENTINEL_MASTER, timeout=5)
 
 
 def reset() -> None:

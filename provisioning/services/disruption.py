@@ -247,7 +247,25 @@ def _record(command: Command, now) -> Disruption:
         savings_per_hour=Decimal(str(round(command.savings_per_hour, 6))),
         explanation=command.explanation,
     )
-    log.info("disruption %s planned: %s: %s", disruption.pk, command.reason, command.explanation)
+    log.info(
+        "disruption %s planned: %s of %s, saves $%.4f/h: %s",
+        disruption.pk,
+        command.reason,
+        ", ".join(command.candidates),
+        command.savings_per_hour,
+        command.explanation,
+        extra={
+            "event": "disruption",
+            "disruption": disruption.pk,
+            "reason": command.reason,
+            "nodes": list(command.candidates),
+            "nodeclaims": claims,
+            "replacements": [r["instanceType"] for r in disruption.replacement_plan],
+            "savings_per_hour": round(command.savings_per_hour, 6),
+            "explanation": command.explanation,
+            "forceful": command.forceful,
+        },
+    )
     if command.forceful:  # expiration: no waiting, no replacement first
         _start(disruption, command, now)
     return disruption
@@ -263,24 +281,21 @@ def advance(disruption: Disruption, now) -> None:
         fresh = plan(now, recheck=disruption)
         same = next((c for c in fresh.commands if _still_valid(disruption, c)), None)
         if same is None:
-            disruption.move(
-                Disruption.State.PLANNED,
-                Disruption.State.CANCELLED,
-                message="no longer valid when re-checked 15 s later",
-                finished_at=now,
-            )
-            log.info("disruption %s cancelled: no longer valid", disruption.pk)
+            why = "no longer valid when re-checked 15 s later"
+            if disruption.move(Disruption.State.PLANNED, Disruption.State.CANCELLED, message=why, finished_at=now):
+                _log_step(disruption, "cancelled", why)
             return
         _start(disruption, same, now)
     elif disruption.state == Disruption.State.REPLACING:
         replacements = list(disruption.replacements.all())
         if any(c.state in (NodeClaim.State.FAILED, NodeClaim.State.TERMINATED) for c in replacements):
-            disruption.move(
+            if disruption.move(
                 Disruption.State.REPLACING,
                 Disruption.State.CANCELLED,
                 message="a replacement failed to launch",
                 finished_at=now,
-            )
+            ):
+                _log_step(disruption, "cancelled", "a replacement failed to launch")
             return
         if all(c.state == NodeClaim.State.INITIALIZED for c in replacements):
             disruption.move(Disruption.State.REPLACING, Disruption.State.DRAINING)
@@ -348,12 +363,16 @@ def _drain(disruption: Disruption, now) -> None:
             terminate_claim(claim, get_cloud())
         else:
             cluster.delete_node(name)
-    if done:
-        disruption.move(Disruption.State.DRAINING, Disruption.State.DONE, finished_at=now, message="")
-        log.info(
-            "disruption %s done: %s %s, saves $%s/h",
-            disruption.pk,
-            disruption.reason,
-            ", ".join(disruption.nodes),
-            disruption.savings_per_hour,
-        )
+    if done and disruption.move(Disruption.State.DRAINING, Disruption.State.DONE, finished_at=now, message=""):
+        _log_step(disruption, "done", "its nodes are terminated")
+
+
+def _log_step(disruption: Disruption, state: str, why: str) -> None:
+    """A later step of a disruption already logged in full when it was planned: the id says which."""
+    log.info(
+        "disruption %s %s: %s",
+        disruption.pk,
+        state,
+        why,
+        extra={"event": f"disruption.{state}", "disruption": disruption.pk, "reason": disruption.reason},
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from decimal import Decimal
@@ -28,6 +29,13 @@ from django.utils import timezone
 
 from provisioning.cluster.simulated import node_manifest, pod_manifest
 from provisioning.models import ClusterNode, ClusterPod, Decision, EC2NodeClass, NodeClaim, NodePool
+from provisioning.observability.metrics import (
+    BATCH_WINDOW,
+    PROVISIONING_DURATION,
+    PROVISIONING_PODS,
+    SCHEDULING_DURATION,
+    cloud_call,
+)
 from provisioning.scheduling.plan import ClaimPlan, Plan
 from provisioning.services import launchbatch
 from provisioning.services.connections import get_redis
@@ -84,6 +92,7 @@ def window_wait(now: float | None = None, redis: Any = None) -> float:
     if wait > 0:
         return wait
     redis.delete(WINDOW_FIRST, WINDOW_LAST, WINDOW_OPEN)
+    BATCH_WINDOW.observe(max(0.0, now - float(first)))
     return 0.0
 
 
@@ -149,16 +158,37 @@ def provision_once(solve: Callable | None = None) -> Decision | None:
         "record": round(time.perf_counter() - solved, 4),
     }
     decision.save(update_fields=["timings"])
+    SCHEDULING_DURATION.labels("provisioner").observe(solved - prepared)
+    PROVISIONING_DURATION.observe(time.perf_counter() - started)
+    PROVISIONING_PODS.observe(len(pending))
+    _log_decision(decision, plan)
+    return decision
+
+
+def _log_decision(decision: Decision, plan: Plan) -> None:
+    """The one line a Decision gets: what went in, what came out, why pods were left over."""
+    reasons = Counter(reason[:200] for reason in plan.unschedulable.values())
+    types = Counter(c.options[0].instance_type for c in plan.claims if c.options)
     log.info(
         "decision %s: %d pods, %d nodeclaims ($%.4f/h), %d unschedulable, solve %.3fs",
         decision.pk,
-        len(pending),
+        len(decision.pods),
         len(plan.claims),
         plan.total_price,
         len(plan.unschedulable),
-        solved - prepared,
+        decision.timings["solve"],
+        extra={
+            "event": "decision",
+            "decision": decision.pk,
+            "pods": len(decision.pods),
+            "nodeclaims": len(plan.claims),
+            "instance_types": dict(types.most_common(10)),
+            "price_per_hour": round(plan.total_price, 6),
+            "unschedulable": len(plan.unschedulable),
+            "unschedulable_reasons": dict(reasons.most_common(5)),
+            "timings": decision.timings,
+        },
     )
-    return decision
 
 
 def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
@@ -328,7 +358,8 @@ def terminate_claim(claim: NodeClaim, cloud) -> None:
     from provisioning.cluster import get_cluster
 
     if claim.instance_id:
-        cloud.terminate(claim.instance_id)
+        with cloud_call("nodeclaim.termination", "Delete"):
+            cloud.terminate(claim.instance_id)
     if claim.node_name:
         get_cluster().delete_node(claim.node_name)
     ClusterPod.objects.filter(nominated=claim.name, node_name="").update(nominated="")

@@ -7,6 +7,7 @@ unless KARPWEB_AWS=aws, and gunicorn serving the platform on 127.0.0.1:$PORT (80
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -59,6 +60,13 @@ class Command(BaseCommand):
             env["BIND"] = f"127.0.0.1:{port}"
             web = launcher.start("web", gunicorn_argv(), cwd=settings.BASE_DIR)
             wait_for_port(port, timeout=30, proc=web)
+            if env.get("KARPWEB_METRICS_PORT"):
+                # The worker serves its pool's counts from files in a directory of its own
+                # (gunicorn, started above, made its own), emptied at each start.
+                metrics = settings.VAR_DIR / "worker-metrics"
+                shutil.rmtree(metrics, ignore_errors=True)
+                metrics.mkdir(parents=True)
+                env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics)
             # One worker with an embedded beat is enough on one machine; production runs
             # them as separate Deployments.
             launcher.start(

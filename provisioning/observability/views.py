@@ -1,0 +1,129 @@
+"""``GET /metrics``: this server's own metrics, and the cluster's state from one web replica.
+
+Answered by a middleware placed before Django checks the Host header: Prometheus scrapes a
+pod by its IP address, which ALLOWED_HOSTS does not list (nor should). It is open, as
+Prometheus expects, unless ``KARPWEB_METRICS_TOKEN`` is set; then it wants
+``Authorization: Bearer <token>`` (Prometheus' ``authorization`` or ``bearer_token_file``).
+Nothing here needs a session, a CSRF token or a content security policy.
+
+The cluster's state (``cluster.py``) comes from the web replica holding a lease in Redis:
+the first to be scraped takes it, each scrape by its holder renews it, and when the holder
+is gone another takes it ``KARPWEB_METRICS_LEASE_SECONDS`` later (set it above the scrape
+interval). A replica is its gunicorn server: the host name and the master's pid, so all
+workers of one pod answer alike. ``karpweb_metrics_cluster_state_exporter`` says which
+replica it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import logging
+import os
+import socket
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from provisioning.observability.cluster import ClusterState
+
+log = logging.getLogger(__name__)
+
+PATH = "/metrics"
+LEASE_KEY = "karpweb:metrics:cluster-state"
+# Take the lease when it is free or ours, in one step: two replicas never both get it.
+_TAKE_LEASE = """
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+
+class MetricsMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path != PATH:
+            return self.get_response(request)
+        if request.method not in ("GET", "HEAD"):
+            return HttpResponse("GET only\n", status=405, content_type="text/plain", headers={"Allow": "GET, HEAD"})
+        if not _authorized(request):
+            return HttpResponse(
+                "metrics need Authorization: Bearer <KARPWEB_METRICS_TOKEN>\n",
+                status=401,
+                content_type="text/plain",
+                headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+            )
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return HttpResponse(encoder(_registry()), content_type=content_type)
+
+
+def _authorized(request: HttpRequest) -> bool:
+    token = settings.KARPWEB_METRICS_TOKEN
+    if not token:
+        return True
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def _registry() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.MultiProcessCollector(registry)  # every worker of this server, from its files
+    else:
+        registry.register(_ThisProcess(REGISTRY))  # one process: its own registry holds it all
+    if settings.KARPWEB_ROLE == "web":
+        exporting = holds_lease()
+        registry.register(_Exporter(exporting))
+        if exporting:
+            registry.register(ClusterState())
+    return registry
+
+
+class _ThisProcess(Collector):
+    """The default registry as one collector of another (names are checked there already)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self):
+        return self.registry.collect()
+
+
+class _Exporter(Collector):
+    def __init__(self, exporting: bool) -> None:
+        self.exporting = exporting
+
+    def collect(self):
+        family = GaugeMetricFamily(
+            "karpweb_metrics_cluster_state_exporter",
+            "1 on the web replica that adds the cluster's state (from the database) to its /metrics, 0 on the others.",
+        )
+        family.add_metric([], 1 if self.exporting else 0)
+        yield family
+
+
+def holds_lease() -> bool:
+    """True when this replica reports the cluster's state now (taking or renewing the lease)."""
+    if not settings.REDIS_URL:
+        return True  # no Redis, no other replica to share with
+    from provisioning.services.connections import get_redis
+
+    ttl_ms = int(max(1.0, settings.KARPWEB_METRICS_LEASE_SECONDS) * 1000)
+    try:
+        return bool(get_redis().eval(_TAKE_LEASE, 1, LEASE_KEY, replica(), ttl_ms))
+    except Exception as exc:  # Redis unreachable: better a duplicate than a hole in every panel
+        log.warning("metrics: cannot read the cluster-state lease (%s); exporting the cluster's state", exc)
+        return True
+
+
+@functools.cache
+def replica() -> str:
+    return f"{socket.gethostname()}:{os.getppid()}"
