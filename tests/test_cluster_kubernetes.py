@@ -16,10 +16,20 @@ from typing import Any
 
 import pytest
 import yaml
+from kmock import Response as kmock_response
 from kubernetes import client
 
-from provisioning.cluster.base import DISRUPTED_TAINT, ClusterError, Conflict, Event, is_pending
-from provisioning.cluster.kubernetes import KubernetesCluster
+from provisioning.cluster.base import (
+    DISRUPTED_TAINT,
+    ClusterError,
+    Conflict,
+    Event,
+    ObjectEvent,
+    ObjectReference,
+    is_pending,
+)
+from provisioning.cluster.kubernetes import EventOutbox, KubernetesCluster
+from provisioning.cluster.leaderelection import LeaderElection
 
 pytestmark = pytest.mark.asyncio
 
@@ -30,7 +40,7 @@ NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
 @pytest.fixture
 def cluster(kmock):
     api = client.ApiClient(client.Configuration(host=str(kmock.url).rstrip("/")))
-    yield KubernetesCluster(api, watch_timeout=2, request_timeout=5, retry_delay=0.01)
+    yield KubernetesCluster(api, watch_timeout=2, request_timeout=5, retry_delay=0.01, events=EventOutbox())
     api.close()
 
 
@@ -484,3 +494,143 @@ async def test_in_a_pod_the_service_account_is_used(monkeypatch):
     with pytest.raises(ClusterError, match="from the in-cluster service account") as excinfo:
         KubernetesCluster.from_environment()
     assert not excinfo.value.retryable
+
+
+# -- events
+
+
+def pending_pod_event(message: str = "Pod should schedule on: nodeclaim/general-x7k2p") -> ObjectEvent:
+    ref = ObjectReference("Pod", "web-1", namespace="shop", uid="1f0c6a1e-0000-4000-8000-000000000001")
+    return ObjectEvent(ref, "Normal", "Nominated", message)
+
+
+async def test_an_event_is_created_about_its_object(kmock, cluster):
+    cluster.record_event(pending_pod_event())
+    cluster.record_event(ObjectEvent(ObjectReference("Node", "ip-10-0-1-1"), "Normal", "DisruptionBlocked", "why"))
+    assert await asyncio.to_thread(cluster.events.flush, 5)
+    (pod_event,) = requests(kmock, "post /api/v1/namespaces/shop/events")
+    assert pod_event.data["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "web-1",
+        "namespace": "shop",
+        "uid": "1f0c6a1e-0000-4000-8000-000000000001",
+    }
+    assert (pod_event.data["type"], pod_event.data["reason"], pod_event.data["message"]) == (
+        "Normal",
+        "Nominated",
+        "Pod should schedule on: nodeclaim/general-x7k2p",
+    )
+    assert pod_event.data["metadata"]["name"].startswith("web-1.")
+    assert pod_event.data["source"] == {"component": "karpweb"} and pod_event.data["count"] == 1
+    # A cluster-scoped object's events go to the default namespace, as client-go puts them.
+    (node_event,) = requests(kmock, "post /api/v1/namespaces/default/events")
+    assert node_event.data["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "ip-10-0-1-1"}
+
+
+async def test_identical_events_are_sent_once_per_dedupe_period(kmock, cluster):
+    now = [1000.0]
+    cluster.events = EventOutbox(dedupe_seconds=120, clock=lambda: now[0])
+    for _ in range(3):
+        cluster.record_event(pending_pod_event())
+    cluster.record_event(pending_pod_event("Pod should schedule on: nodeclaim/general-other"))  # not identical
+    now[0] += 121
+    cluster.record_event(pending_pod_event())
+    assert await asyncio.to_thread(cluster.events.flush, 5)
+    messages = [r.data["message"] for r in requests(kmock, "post /api/v1/namespaces/shop/events")]
+    assert messages == [
+        "Pod should schedule on: nodeclaim/general-x7k2p",
+        "Pod should schedule on: nodeclaim/general-other",
+        "Pod should schedule on: nodeclaim/general-x7k2p",
+    ]
+
+
+async def test_a_failing_event_is_logged_and_never_raised(kmock, cluster, caplog):
+    kmock["post /api/v1/namespaces/shop/events"] << 403 << status(403, "Forbidden", "events is forbidden")
+    cluster.record_event(pending_pod_event())  # returns at once, whatever the server answers
+    assert await asyncio.to_thread(cluster.events.flush, 5)
+    assert "event not recorded: create Event Nominated for Pod web-1 failed: events is forbidden" in caplog.text
+
+
+# -- leader election
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/karpweb/leases"
+LEASE_PATH = LEASES + "/karpweb-cluster-watch"
+
+
+@pytest.fixture
+def lease_server(kmock) -> dict[str, Any]:
+    """The Lease as an API server keeps it: a new resourceVersion on every write, and 409 for a
+    create of an existing one or an update from a stale version. Returns the stored state."""
+    stored: dict[str, Any] = {}
+
+    def read() -> Any:
+        if not stored:
+            return kmock_response(status=404, payload=status(404, "NotFound", "not found"))
+        return kmock_response(status=200, payload=dict(stored))
+
+    def write(request) -> Any:
+        based_on = request.data["metadata"].get("resourceVersion")
+        current = stored.get("metadata", {}).get("resourceVersion")
+        if based_on != current:  # a create (no version) of an existing Lease, or a stale update
+            return kmock_response(status=409, payload=status(409, "Conflict", "the object has been modified"))
+        version = str(int(current or 0) + 1)
+        stored.clear()
+        stored.update(request.data, metadata={**request.data["metadata"], "resourceVersion": version})
+        return kmock_response(status=200, payload=dict(stored))
+
+    kmock["get " + LEASE_PATH] << read
+    kmock["post " + LEASES] << write
+    kmock["put " + LEASE_PATH] << write
+    return stored
+
+
+def candidate(cluster: KubernetesCluster, identity: str, now: list[float]) -> LeaderElection:
+    return LeaderElection(cluster, "karpweb", identity, duration=15, clock=lambda: now[0])
+
+
+async def test_of_two_candidates_only_one_leads_until_its_lease_expires(kmock, cluster, lease_server):
+    now = [0.0]
+    a, b = candidate(cluster, "watch-a", now), candidate(cluster, "watch-b", now)
+    assert await asyncio.to_thread(a.try_acquire_or_renew)
+    assert not await asyncio.to_thread(b.try_acquire_or_renew)
+    (created,) = requests(kmock, "post " + LEASES)
+    assert created.data["metadata"] == {"name": "karpweb-cluster-watch", "namespace": "karpweb"}
+    assert created.data["spec"]["holderIdentity"] == "watch-a"
+    assert created.data["spec"]["leaseDurationSeconds"] == 15
+    now[0] = 10.0
+    assert await asyncio.to_thread(a.try_acquire_or_renew)  # renewed: b's clock starts again
+    now[0] = 20.0
+    assert not await asyncio.to_thread(b.try_acquire_or_renew)
+    # a stops renewing; 15 s after b last saw the lease change, b takes over.
+    now[0] = 34.0
+    assert not await asyncio.to_thread(b.try_acquire_or_renew)
+    now[0] = 36.0
+    assert await asyncio.to_thread(b.try_acquire_or_renew)
+    assert lease_server["spec"]["holderIdentity"] == "watch-b" and lease_server["spec"]["leaseTransitions"] == 1
+    # Every update carried the version it was based on: a's renewal (1), then b's take-over (2).
+    assert [r.data["metadata"]["resourceVersion"] for r in requests(kmock, "put " + LEASE_PATH)] == ["1", "2"]
+    assert not await asyncio.to_thread(a.try_acquire_or_renew)
+
+
+async def test_of_two_candidates_reading_the_same_version_only_one_wins(kmock, cluster, lease_server):
+    now = [0.0]
+    a, b = candidate(cluster, "watch-a", now), candidate(cluster, "watch-b", now)
+    assert await asyncio.to_thread(a.try_acquire_or_renew)
+    await asyncio.to_thread(a.release)  # a free Lease: both may try for it
+    free = await asyncio.to_thread(cluster.read_lease, "karpweb", "karpweb-cluster-watch")
+    assert free["spec"]["holderIdentity"] is None
+    await asyncio.to_thread(cluster.write_lease, {**free, "spec": {**free["spec"], "holderIdentity": "watch-c"}})
+    with pytest.raises(Conflict):  # b's update from the version it read comes second
+        await asyncio.to_thread(cluster.write_lease, {**free, "spec": {**free["spec"], "holderIdentity": "watch-b"}})
+    assert lease_server["spec"]["holderIdentity"] == "watch-c"
+    assert not await asyncio.to_thread(b.try_acquire_or_renew)
+
+
+async def test_release_lets_the_next_candidate_lead_at_once(kmock, cluster, lease_server):
+    now = [0.0]
+    a, b = candidate(cluster, "watch-a", now), candidate(cluster, "watch-b", now)
+    assert await asyncio.to_thread(a.try_acquire_or_renew)
+    assert not await asyncio.to_thread(b.try_acquire_or_renew)
+    await asyncio.to_thread(a.release)
+    assert await asyncio.to_thread(b.try_acquire_or_renew)

@@ -318,9 +318,9 @@ def test_without_cert_manager_webhook_certs_fills_the_secret_and_the_ca_bundle(r
 # RBAC
 
 
-def granted(docs: list[dict]) -> dict[tuple[str, str], frozenset[str]]:
+def granted(docs: list[dict], kind: str = "ClusterRole") -> dict[tuple[str, str], frozenset[str]]:
     grants: dict[tuple[str, str], set[str]] = {}
-    for rule in only(docs, "ClusterRole")["rules"]:
+    for rule in only(docs, kind)["rules"]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 grants.setdefault((group, resource), set()).update(rule["verbs"])
@@ -335,6 +335,15 @@ def test_the_cluster_role_grants_exactly_what_the_code_calls(docs):
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
     ]
+    # The Lease is reachable in karpweb's own namespace only.
+    assert granted(docs, "Role") == cluster_kubernetes.NAMESPACED_ACCESS
+    role, role_binding = only(docs, "Role"), only(docs, "RoleBinding")
+    assert role["metadata"]["namespace"] == role_binding["metadata"]["namespace"] == NAMESPACE
+    assert role_binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "karpweb"}
+    assert role_binding["subjects"] == binding["subjects"]
+    # cluster_watch looks for its Lease in its own namespace, told by the downward API.
+    watch = main_container(deployments(docs)["karpweb-watch"])
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in watch["env"]
     # Only the roles that call the API server carry its token.
     assert account["automountServiceAccountToken"] is False
     for name, deployment in deployments(docs).items():
@@ -360,6 +369,10 @@ CLIENT_CALLS: dict[str, dict[tuple[str, str], set[str]] | str] = {
     "create_cluster_custom_object": "create",
     "replace_cluster_custom_object": "update",
     "delete_cluster_custom_object": "delete",
+    "create_namespaced_event": {("", "events"): {"create"}},
+    "read_namespaced_lease": {("coordination.k8s.io", "leases"): {"get"}},
+    "create_namespaced_lease": {("coordination.k8s.io", "leases"): {"create"}},
+    "replace_namespaced_lease": {("coordination.k8s.io", "leases"): {"update"}},
 }
 
 
@@ -374,12 +387,12 @@ def test_every_client_call_is_in_api_access():
         and isinstance(node.value, ast.Attribute)
         and isinstance(node.value.value, ast.Name)
         and node.value.value.id == "self"
-        and node.value.attr in ("core", "apps", "policy", "custom")
+        and node.value.attr in ("core", "apps", "policy", "custom", "coordination")
     }
     assert {"list_pod_for_all_namespaces", "create_cluster_custom_object"} <= calls  # the scan sees them
     unknown = calls - set(CLIENT_CALLS)
     assert not unknown, f"calls without RBAC accounted for: {sorted(unknown)}: add them to API_ACCESS"
-    access = cluster_kubernetes.API_ACCESS
+    access = cluster_kubernetes.API_ACCESS | cluster_kubernetes.NAMESPACED_ACCESS
     custom = [verbs for (group, _), verbs in access.items() if group.startswith("karpenter")]
     for call in calls:
         needs = CLIENT_CALLS[call]

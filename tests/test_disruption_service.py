@@ -35,10 +35,15 @@ def cluster(seed_ec2nodeclass, redis_url, settings, monkeypatch):
 
 
 class _Cluster(SimulatedCluster):
-    budgets: list = []
+    def __init__(self):
+        self.budgets: list = []
+        self.events: list = []
 
     def pdbs(self):
         return self.budgets
+
+    def record_event(self, event):
+        self.events.append(event)
 
 
 def add_node(name: str, instance_type: str = "m5.xlarge", price: float = 0.192, annotations=None) -> ClusterNode:
@@ -195,3 +200,23 @@ def test_one_disruption_round_at_a_time_whatever_the_number_of_workers(cluster):
     finally:
         lock.release()
     assert tasks.disrupt()["state"] == Disruption.State.PLANNED
+
+
+def test_disruption_records_blocked_and_terminating_events(cluster):
+    add_node("ip-kept", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    add_node("ip-empty")
+    now = timezone.now()
+    disruption.run(now)
+    (blocked,) = cluster.events
+    assert (blocked.involved.kind, blocked.involved.name) == ("Node", "ip-kept")
+    assert (blocked.type, blocked.reason) == ("Normal", "DisruptionBlocked")
+    assert blocked.message == "The node has the karpenter.sh/do-not-disrupt annotation"
+    cluster.events.clear()
+    disruption.run(now + timedelta(seconds=16))
+    terminating = [
+        (e.involved.kind, e.involved.name, e.message) for e in cluster.events if e.reason == "DisruptionTerminating"
+    ]
+    assert terminating == [
+        ("Node", "ip-empty", "Disrupting Node: Empty"),
+        ("NodeClaim", "claim-ip-empty", "Disrupting NodeClaim: Empty"),
+    ]

@@ -288,3 +288,35 @@ def test_a_pod_bound_while_the_run_reads_the_cluster_is_not_planned_twice(redis,
     monkeypatch.setattr(provision, "cluster_documents", bind_one_meanwhile)
     decision = provision.provision_once()
     assert decision is not None and decision.pods == ["default/web-1"]
+
+
+# ------------------------------------------------------------------ events
+
+
+class RecordingCluster(simulated.SimulatedCluster):
+    """The simulated cluster, keeping the events it is given."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def record_event(self, event) -> None:
+        self.events.append(event)
+
+
+def test_a_run_records_nominated_and_failed_scheduling_events(redis, policies, django_capture_on_commit_callbacks):
+    submit(deployment("web", 2), deployment("huge", 1, cpu="1000"))
+    cluster = RecordingCluster()
+    with django_capture_on_commit_callbacks(execute=True):
+        decision = provision.provision_once(cluster=cluster)
+    (claim,) = decision.claims.all()
+    by_pod = {(e.involved.namespace, e.involved.name): e for e in cluster.events}
+    assert len(cluster.events) == len(by_pod) == 3
+    for name in ("web-0", "web-1"):
+        event = by_pod["default", name]
+        assert (event.type, event.reason) == ("Normal", "Nominated")
+        assert event.message == f"Pod should schedule on: nodeclaim/{claim.name}"
+        assert event.involved.kind == "Pod"
+    failed = by_pod["default", "huge-0"]
+    assert (failed.type, failed.reason) == ("Warning", "FailedScheduling")
+    reason = ClusterPod.objects.get(name="huge-0").unschedulable_reason
+    assert reason and failed.message == f"Failed to schedule pod, {reason}"

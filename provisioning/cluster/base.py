@@ -42,6 +42,39 @@ class Event:
     object: Manifest = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ObjectReference:
+    """The object an ObjectEvent is about; ``uid`` lets ``kubectl describe`` find the event."""
+
+    kind: str
+    name: str
+    namespace: str = ""  # "" for cluster-scoped kinds (Node, NodeClaim)
+    uid: str = ""
+    api_version: str = "v1"
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> ObjectReference:
+        meta = manifest.get("metadata") or {}
+        return cls(
+            kind=manifest.get("kind", ""),
+            name=meta.get("name", ""),
+            namespace=meta.get("namespace", ""),
+            uid=meta.get("uid", ""),
+            api_version=manifest.get("apiVersion", "v1"),
+        )
+
+
+@dataclass(frozen=True)
+class ObjectEvent:
+    """A Kubernetes Event about an object, as ``kubectl describe`` lists them: ``type`` Normal
+    or Warning, a CamelCase ``reason`` and a sentence."""
+
+    involved: ObjectReference
+    type: str
+    reason: str
+    message: str
+
+
 def is_pending(pod: Manifest) -> bool:
     """Pending as the provisioner sees it: not bound, PodScheduled False with reason
     Unschedulable, not terminating, and not a DaemonSet's pod (the DaemonSet controller
@@ -89,6 +122,11 @@ class Cluster(Protocol):
         """Evict through the Eviction API; False when a PodDisruptionBudget refuses (429)."""
 
     def delete_node(self, node: str) -> None: ...
+
+    # -- events
+    def record_event(self, event: ObjectEvent) -> None:
+        """Record ``event`` for people to read. Cheap and best effort: it never raises and
+        never waits for the API server, and may drop a repeat of a recent identical event."""
 
     # -- watching
     def watch(self, handle: Callable[[Event], None], kinds: Iterable[str], stop: Callable[[], bool]) -> None:

@@ -9,18 +9,25 @@ the API server's own message; ``retryable`` says whether trying again may help.
 
 Watching follows the informer recipe: list, announce every listed object as ADDED, watch from
 the list's resourceVersion, and list again when the server says that version is gone (410).
+
+Events (core v1) are de-duplicated and sent by a background thread (:class:`EventOutbox`), so
+the services record them without waiting on the API server. Leases (coordination.k8s.io/v1)
+are read and written here for ``leaderelection``.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections import OrderedDict, deque
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -29,7 +36,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from provisioning import crd
-from provisioning.cluster.base import ClusterError, Conflict, Event, Manifest
+from provisioning.cluster.base import ClusterError, Conflict, Event, Manifest, ObjectEvent
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +78,7 @@ NODE = Resource("Node", "", "v1", "nodes")
 DAEMONSET = Resource("DaemonSet", "apps", "v1", "daemonsets")
 PDB = Resource("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets")
 NODECLAIM = Resource("NodeClaim", "karpenter.sh", "v1", "nodeclaims")
+LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases")
 # NodePool and EC2NodeClass are described once, in provisioning.crd.
 CUSTOM = {k.kind: Resource(k.kind, k.group, k.version, k.plural) for k in crd.KINDS.values()}
 WATCHABLE = {r.kind: r for r in (POD, NODE, *CUSTOM.values())}
@@ -87,7 +95,83 @@ API_ACCESS: dict[tuple[str, str], frozenset[str]] = {
     ("policy", "poddisruptionbudgets"): frozenset({"list"}),
     (NODECLAIM.group, NODECLAIM.plural): frozenset({"create", "delete"}),
     **{(resource.group, resource.plural): POLICY_VERBS for resource in CUSTOM.values()},
+    # Events go to the namespace of the pod they are about, or "default" for nodes and claims.
+    ("", "events"): frozenset({"create"}),
 }
+# Granted by a Role in karpweb's own namespace only: the cluster_watch leader's Lease.
+NAMESPACED_ACCESS: dict[tuple[str, str], frozenset[str]] = {
+    (LEASE.group, LEASE.plural): frozenset({"get", "create", "update"}),
+}
+
+EVENT_SOURCE = "karpweb"
+# A pod stays pending through many provisioning runs and a drain is tried again every round:
+# the same event about the same object is sent at most once per this many seconds.
+EVENT_DEDUPE_SECONDS = 120.0
+EVENT_DEDUPE_SIZE = 10_000  # objects remembered; the least recently seen are forgotten first
+# Events waiting to be sent; beyond this (an API server slow for long) new ones are dropped,
+# as they are only informational.
+EVENT_BACKLOG = 10_000
+EVENT_MESSAGE_LIMIT = 1024  # what the API server accepts for a note
+
+
+class EventOutbox:
+    """Events on their way to the API server, sent one at a time by a background thread, so
+    recording one costs the caller a dictionary lookup. An event identical to one recorded less
+    than ``dedupe_seconds`` ago is dropped. Sending failures are logged, never raised."""
+
+    def __init__(self, dedupe_seconds: float = EVENT_DEDUPE_SECONDS, clock: Callable[[], float] = time.monotonic):
+        self.dedupe_seconds = dedupe_seconds
+        self._clock = clock
+        self._recent: OrderedDict[Hashable, float] = OrderedDict()
+        self._backlog: deque[Callable[[], None]] = deque()
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def put(self, key: Hashable, send: Callable[[], None]) -> bool:
+        """Queue ``send`` unless an event of the same ``key`` was queued recently; True if queued."""
+        now = self._clock()
+        with self._changed:
+            sent_at = self._recent.get(key)
+            if sent_at is not None and now - sent_at < self.dedupe_seconds:
+                return False
+            if len(self._backlog) >= EVENT_BACKLOG:
+                log.warning("event dropped: %d events are waiting for the API server already", len(self._backlog))
+                return False
+            self._recent[key] = now
+            self._recent.move_to_end(key)
+            if len(self._recent) > EVENT_DEDUPE_SIZE:
+                self._recent.popitem(last=False)
+            self._backlog.append(send)
+            # Started on first use, and again in a forked child (threads do not survive a fork).
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._send_forever, name="events", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+        return True
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued event was sent (or failed); False if ``timeout`` ran out first."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._backlog, timeout)
+
+    def _send_forever(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._backlog)
+                send = self._backlog[0]
+            try:
+                send()
+            except Exception as exc:  # an event must never take the thread down
+                log.warning("event not recorded: %s", exc)
+            with self._changed:
+                self._backlog.popleft()
+                self._changed.notify_all()
+
+
+# One per process: clusters come and go per task, what was sent recently must outlive them.
+EVENTS = EventOutbox()
+# A few seconds at exit for what is still queued (say, a provisioning run from a command).
+atexit.register(EVENTS.flush, 5.0)
 
 
 @dataclass(frozen=True)
@@ -109,6 +193,7 @@ class KubernetesCluster:
         watch_timeout: int = 10,
         page_size: int = 500,
         retry_delay: float = 1.0,
+        events: EventOutbox | None = None,
     ) -> None:
         """``watch_timeout`` bounds one watch request, and so how long ``stop()`` may go unheard;
         ``retry_delay`` is the first pause after a failed list or watch (it doubles up to 30 s)."""
@@ -121,6 +206,8 @@ class KubernetesCluster:
         self.apps = client.AppsV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.events = events or EVENTS
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None, **options: Any) -> KubernetesCluster:
@@ -306,6 +393,62 @@ class KubernetesCluster:
 
     def delete_node(self, node: str) -> None:
         self._send(f"delete Node {node}", self.core.delete_node, node, ok={404})
+
+    # -- events
+
+    def record_event(self, event: ObjectEvent) -> None:
+        """Queue a core v1 Event about ``event.involved`` (see :class:`EventOutbox`)."""
+        self.events.put(event, partial(self._create_event, event))
+
+    def _create_event(self, event: ObjectEvent) -> None:
+        ref = event.involved
+        # Nodes and NodeClaims are cluster-scoped: their events live in "default", as client-go puts them.
+        namespace = ref.namespace or "default"
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        involved = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
+        involved |= {k: v for k, v in (("namespace", ref.namespace), ("uid", ref.uid)) if v}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            # Named as client-go names them: the object's name and the time in hex nanoseconds.
+            "metadata": {"name": f"{ref.name}.{time.time_ns():x}", "namespace": namespace},
+            "involvedObject": involved,
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:EVENT_MESSAGE_LIMIT],
+            "source": {"component": EVENT_SOURCE},
+            "reportingComponent": EVENT_SOURCE,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._send(
+            f"create Event {event.reason} for {ref.kind} {ref.name}", self.core.create_namespaced_event, namespace, body
+        )
+
+    # -- leases, for leader election
+
+    def read_lease(self, namespace: str, name: str) -> Manifest | None:
+        reply = self._send(
+            f"read Lease {namespace}/{name}", self.coordination.read_namespaced_lease, name, namespace, ok={404}
+        )
+        return None if reply.status == 404 else _typed(reply.body, LEASE)
+
+    def write_lease(self, manifest: Manifest) -> Manifest:
+        """Create the Lease, or replace it when the manifest carries the resourceVersion it was
+        read at; Conflict when someone else created or changed it first."""
+        body = _writable(manifest, LEASE)
+        namespace, name = body["metadata"].get("namespace", ""), body["metadata"].get("name", "")
+        what = f"Lease {namespace}/{name}"
+        if body["metadata"].get("resourceVersion"):
+            reply = self._send(
+                f"update {what}", self.coordination.replace_namespaced_lease, name, namespace, body, ok={404, 409}
+            )
+        else:
+            reply = self._send(f"create {what}", self.coordination.create_namespaced_lease, namespace, body, ok={409})
+        if reply.status in (404, 409):
+            raise Conflict(f"{what} changed meanwhile: {_message(reply.body)}")
+        return _typed(reply.body, LEASE)
 
     # -- watching
 

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from provisioning.cluster.base import Event, Manifest
+from provisioning.cluster.base import Event, Manifest, ObjectEvent
 from provisioning.models import ClusterNode, ClusterPod, NodeClaim
 from provisioning.scheduling.instancetypes import InstanceType
 from provisioning.scheduling.snapshot import Snapshot
@@ -70,6 +70,12 @@ class SimulatedCluster:
             phase=ClusterPod.Phase.PENDING, node_name="", nominated="", bound_at=None
         )
         return True
+
+    def record_event(self, event: ObjectEvent) -> None:
+        """No Events API here: the log line is the record."""
+        ref = event.involved
+        where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+        log.info("event %s %s %s %s: %s", event.type, event.reason, ref.kind, where, event.message)
 
     def delete_node(self, node: str) -> None:
         with transaction.atomic():

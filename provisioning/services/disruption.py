@@ -30,6 +30,7 @@ from provisioning.disruption import planner
 from provisioning.disruption.model import Candidate, Command, PoolPolicy
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
 from provisioning.scheduling.labelselector import LabelSelector
+from provisioning.services import events
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,9 @@ def plan(now=None, recheck: Disruption | None = None):
     for name, why in result.not_candidates.items():
         ClusterNode.objects.filter(name=name).exclude(disruption_note=why).update(disruption_note=why[:2000])
     ClusterNode.objects.filter(name__in=in_command).update(disruption_note="chosen for disruption")
+    why_blocked = {c.name: c.blocked_by for c in candidates if c.blocked_by}
+    nodes = ClusterNode.objects.filter(name__in=why_blocked)
+    events.record([events.blocked(node, why_blocked[node.name]) for node in nodes], get_cluster())
     return result
 
 
@@ -297,7 +301,10 @@ def advance(disruption: Disruption, now) -> None:
             ):
                 _log_step(disruption, "cancelled", "a replacement failed to launch")
             return
-        if all(c.state == NodeClaim.State.INITIALIZED for c in replacements):
+        waiting = [c for c in replacements if c.state != NodeClaim.State.INITIALIZED]
+        if waiting:
+            events.record([events.waiting_readiness(c) for c in waiting], get_cluster())
+        else:
             disruption.move(Disruption.State.REPLACING, Disruption.State.DRAINING)
             _drain(disruption, now)
     elif disruption.state == Disruption.State.DRAINING:
@@ -322,7 +329,8 @@ def _start(disruption: Disruption, command: Command, now) -> None:
         with transaction.atomic():
             if not disruption.move(Disruption.State.PLANNED, Disruption.State.REPLACING):
                 return
-            create_claims(command.replacements, disruption=disruption)
+            claims = create_claims(command.replacements, disruption=disruption)
+        events.record([events.launching(claim, disruption.reason) for claim in claims], get_cluster())
         return
     if disruption.move(Disruption.State.PLANNED, Disruption.State.DRAINING):
         _drain(disruption, now)
@@ -340,6 +348,7 @@ def _drain(disruption: Disruption, now) -> None:
         node = ClusterNode.objects.filter(name=name).first()
         if node is None:
             continue
+        events.record(events.terminating(node, disruption.reason), cluster)
         cluster.taint(name, DISRUPTED_TAINT)
         cluster.cordon(name)
         refused = [

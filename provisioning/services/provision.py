@@ -27,6 +27,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from provisioning.cluster.base import Cluster, ObjectEvent
 from provisioning.cluster.simulated import node_manifest, pod_manifest
 from provisioning.models import ClusterNode, ClusterPod, Decision, EC2NodeClass, NodeClaim, NodePool
 from provisioning.observability.metrics import (
@@ -37,7 +38,7 @@ from provisioning.observability.metrics import (
     cloud_call,
 )
 from provisioning.scheduling.plan import ClaimPlan, Plan
-from provisioning.services import launchbatch
+from provisioning.services import events, launchbatch
 from provisioning.services.connections import get_redis
 
 log = logging.getLogger(__name__)
@@ -99,15 +100,15 @@ def window_wait(now: float | None = None, redis: Any = None) -> float:
 # ------------------------------------------------------------------ one provisioning run
 
 
-def provision(solve: Callable | None = None, redis: Any = None) -> Decision | None:
+def provision(solve: Callable | None = None, redis: Any = None, cluster: Cluster | None = None) -> Decision | None:
     """One provisioning run under the lock; None when another run holds it or there is
-    nothing pending."""
+    nothing pending. ``cluster`` (default: the configured one) gets the run's events."""
     redis = redis or get_redis()
     lock = redis.lock(PROVISION_LOCK, timeout=300, blocking_timeout=0)
     if not lock.acquire(blocking=False):
         return None
     try:
-        return provision_once(solve)
+        return provision_once(solve, cluster)
     finally:
         try:
             lock.release()
@@ -132,7 +133,7 @@ def pending_pods():
     return ClusterPod.objects.filter(node_name="").exclude(nominated__in=nominating_claims())
 
 
-def provision_once(solve: Callable | None = None) -> Decision | None:
+def provision_once(solve: Callable | None = None, cluster: Cluster | None = None) -> Decision | None:
     from provisioning.services.catalog import load_catalog, unavailable_now
     from provisioning.services.simulate import build_snapshot, default_solver
 
@@ -151,7 +152,7 @@ def provision_once(solve: Callable | None = None) -> Decision | None:
     prepared = time.perf_counter()
     plan: Plan = (solve or default_solver())(snapshot)
     solved = time.perf_counter()
-    decision = _record(plan, snapshot, pending, notes, catalog, unavailable)
+    decision = _record(plan, snapshot, pending, notes, catalog, unavailable, cluster)
     decision.timings = {
         "snapshot": round(prepared - started, 4),
         "solve": round(solved - prepared, 4),
@@ -242,9 +243,16 @@ def in_flight_documents(catalog) -> list[dict]:
 
 
 def _record(
-    plan: Plan, snapshot, pending: list[ClusterPod], notes: list[str], catalog, unavailable: dict[str, str]
+    plan: Plan,
+    snapshot,
+    pending: list[ClusterPod],
+    notes: list[str],
+    catalog,
+    unavailable: dict[str, str],
+    cluster: Cluster | None = None,
 ) -> Decision:
     by_key = {p.key: p for p in pending}
+    recorded: list[ObjectEvent] = []
     with transaction.atomic():
         decision = Decision.objects.create(
             pods=sorted(by_key),
@@ -261,10 +269,14 @@ def _record(
                 name__in=[k.split("/", 1)[1] for k in planned.pods],
                 node_name="",
             ).update(nominated=claim.name, unschedulable_reason="")
+            recorded += [events.nominated(by_key[key], claim.name) for key in planned.pods if key in by_key]
         for key, reason in plan.unschedulable.items():
             pod = by_key.get(key)
             if pod is not None:
                 ClusterPod.objects.filter(pk=pod.pk).update(unschedulable_reason=reason[:4000])
+                recorded.append(events.failed_scheduling(pod, reason))
+        # Once committed, so no event names a claim that was rolled back.
+        transaction.on_commit(lambda: events.record(recorded, cluster))
     return decision
 
 

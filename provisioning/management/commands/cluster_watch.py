@@ -1,6 +1,8 @@
 """``manage.py cluster_watch``: mirror a real cluster (``KARPWEB_CLUSTER=kubernetes``) into the
 database: Pods, Nodes, NodePools and EC2NodeClasses, listed then watched (a relist on 410).
-Runs in-cluster or with ``--kubeconfig``; one replica (the ``karpweb-watch`` Deployment)."""
+Runs in-cluster or with ``--kubeconfig``. Replicas elect a leader through the Lease
+``karpweb-cluster-watch`` in their namespace: only the leader syncs and watches, the others wait
+to take over. A replica that loses the lead exits, to start again as one that waits."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, kubeconfig: str | None, no_reconcile: bool, **options):
         from provisioning.cluster.kubernetes import KubernetesCluster
+        from provisioning.cluster.leaderelection import LeaderElection, own_identity, own_namespace
         from provisioning.services import crdsync, mirror
 
         try:
@@ -34,9 +37,6 @@ class Command(BaseCommand):
         stopping = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stopping.set())
-        if not no_reconcile:
-            for result in crdsync.reconcile(cluster):
-                self.stdout.write(str(result))
 
         def handle(event: Event) -> None:
             close_old_connections()  # watch threads outlive connections
@@ -47,12 +47,23 @@ class Command(BaseCommand):
 
         def stop() -> bool:
             # Every watch thread asks between events and at least once per watch request (10 s),
-            # so a fresh heartbeat means the watches still cycle.
+            # and a replica waiting for the lead asks every 0.1 s, so a fresh heartbeat means
+            # the process still cycles.
             heartbeat.touch()
             return stopping.is_set()
 
-        self.stdout.write(f"watching {', '.join(KINDS)}")
+        def lead(stopped) -> None:
+            if not no_reconcile:
+                for result in crdsync.reconcile(cluster):
+                    self.stdout.write(str(result))
+            self.stdout.write(f"watching {', '.join(KINDS)}")
+            cluster.watch(handle, KINDS, stopped)
+
+        election = LeaderElection(cluster, own_namespace(), own_identity())
+        self.stdout.write(f"waiting to lead through Lease {election.namespace}/{election.name} as {election.identity}")
         try:
-            cluster.watch(handle, KINDS, stop)
+            lost = election.run(lead, stop)
         except ClusterError as exc:
             raise CommandError(str(exc)) from None
+        if lost:
+            raise CommandError("lost the lead: another replica may watch now")

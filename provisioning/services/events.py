@@ -1,0 +1,75 @@
+"""The Kubernetes Events karpweb records, named and worded as Karpenter's, so ``kubectl describe``
+tells the same story: on pods (Nominated, FailedScheduling), on nodes and NodeClaims chosen
+for disruption (DisruptionLaunching, DisruptionWaitingReadiness, DisruptionTerminating) and on
+nodes that may not be disrupted now (DisruptionBlocked)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from provisioning.cluster import get_cluster
+from provisioning.cluster.base import Cluster, ObjectEvent, ObjectReference
+from provisioning.models import ClusterNode, ClusterPod, NodeClaim
+
+log = logging.getLogger(__name__)
+
+NORMAL, WARNING = "Normal", "Warning"
+
+
+def record(events: Iterable[ObjectEvent], cluster: Cluster | None = None) -> None:
+    """Hand the events to ``cluster`` (default: the configured one); recording is cheap (see
+    ``Cluster.record_event``), and an event is never worth failing the caller for."""
+    try:
+        cluster = cluster or get_cluster()
+        for event in events:
+            cluster.record_event(event)
+    except Exception:
+        log.exception("recording events failed")
+
+
+def pod_ref(pod: ClusterPod) -> ObjectReference:
+    # The uid the API server gave the pod (in its mirrored manifest), not the row's own.
+    uid = (pod.manifest.get("metadata") or {}).get("uid", "")
+    return ObjectReference("Pod", pod.name, namespace=pod.namespace, uid=uid)
+
+
+def node_ref(node: ClusterNode) -> ObjectReference:
+    return ObjectReference("Node", node.name, uid=(node.manifest.get("metadata") or {}).get("uid", ""))
+
+
+def claim_ref(name: str) -> ObjectReference:
+    return ObjectReference("NodeClaim", name, api_version="karpenter.sh/v1")
+
+
+def nominated(pod: ClusterPod, claim: str) -> ObjectEvent:
+    return ObjectEvent(pod_ref(pod), NORMAL, "Nominated", f"Pod should schedule on: nodeclaim/{claim}")
+
+
+def failed_scheduling(pod: ClusterPod, reason: str) -> ObjectEvent:
+    return ObjectEvent(pod_ref(pod), WARNING, "FailedScheduling", f"Failed to schedule pod, {reason}")
+
+
+def launching(claim: NodeClaim, reason: str) -> ObjectEvent:
+    """On a replacement, as it is created."""
+    return ObjectEvent(claim_ref(claim.name), NORMAL, "DisruptionLaunching", f"Launching NodeClaim: {reason}")
+
+
+def waiting_readiness(claim: NodeClaim) -> ObjectEvent:
+    """On a replacement not initialized yet: the old nodes wait for it."""
+    return ObjectEvent(
+        claim_ref(claim.name), NORMAL, "DisruptionWaitingReadiness", "Waiting on readiness to continue disruption"
+    )
+
+
+def terminating(node: ClusterNode, reason: str) -> list[ObjectEvent]:
+    """On a node being drained for disruption, and on its NodeClaim."""
+    events = [ObjectEvent(node_ref(node), NORMAL, "DisruptionTerminating", f"Disrupting Node: {reason}")]
+    if node.nodeclaim:
+        message = f"Disrupting NodeClaim: {reason}"
+        events.append(ObjectEvent(claim_ref(node.nodeclaim), NORMAL, "DisruptionTerminating", message))
+    return events
+
+
+def blocked(node: ClusterNode, why: str) -> ObjectEvent:
+    return ObjectEvent(node_ref(node), NORMAL, "DisruptionBlocked", why[:1].upper() + why[1:])
