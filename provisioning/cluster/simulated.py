@@ -72,10 +72,10 @@ class SimulatedCluster:
         return True
 
     def record_event(self, event: ObjectEvent) -> None:
-        """No Events API here: the log line is the record."""
+        """No Events API here: a debug log line is the record (the dashboard shows the same)."""
         ref = event.involved
         where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
-        log.info("event %s %s %s %s: %s", event.type, event.reason, ref.kind, where, event.message)
+        log.debug("event %s %s %s %s: %s", event.type, event.reason, ref.kind, where, event.message)
 
     def delete_node(self, node: str) -> None:
         with transaction.atomic():
