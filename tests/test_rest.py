@@ -299,6 +299,15 @@ def test_disruptions_filter_by_reason(viewer):
     assert [d["reason"] for d in listed] == ["Empty"] and listed[0]["savingsPerHour"] == 0.04
 
 
+def test_catalog_pages_through_the_types(viewer):
+    first = viewer.get("/api/v1/catalog/instancetypes/?limit=50").json()
+    assert len(first["results"]) == 50 and first["count"] > 1000 and first["previous"] is None
+    second = viewer.get(first["next"]).json()
+    assert len(second["results"]) == 50 and second["previous"]
+    assert {t["name"] for t in first["results"]}.isdisjoint(t["name"] for t in second["results"])
+    assert viewer.get("/api/v1/catalog/instancetypes/?limit=5000").status_code == 400
+
+
 def test_catalog_filters_by_requirement(viewer):
     body = viewer.get("/api/v1/catalog/instancetypes/?require=karpenter.k8s.aws/instance-family=m5").json()
     assert body["count"] > 3 and all(t["name"].startswith("m5.") for t in body["results"])
