@@ -42,15 +42,20 @@ def refresh_catalog(region: str | None = None) -> dict[str, Any]:
     }
 
 
-@shared_task(
-    name="provisioning.tasks.launch_nodeclaim",
-    autoretry_for=(Throttled, ClusterError),
-    retry_backoff=True,
-    retry_backoff_max=120,
-    retry_jitter=True,
-    max_retries=8,
-    acks_late=True,
-)
+# Launches retry throttling and cluster errors with backoff, and are acknowledged only when
+# done, so a worker stopped mid-launch hands the task to another (the ClientToken keeps that
+# from starting a second instance).
+LAUNCH_RETRIES: dict[str, Any] = {
+    "autoretry_for": (Throttled, ClusterError),
+    "retry_backoff": True,
+    "retry_backoff_max": 120,
+    "retry_jitter": True,
+    "max_retries": 8,
+    "acks_late": True,
+}
+
+
+@shared_task(name="provisioning.tasks.launch_nodeclaim", **LAUNCH_RETRIES)
 def launch_nodeclaim(claim_id: int) -> dict[str, Any]:
     """Launch one NodeClaim; throttling retries with backoff, the ClientToken (the claim's
     uid) keeps a redelivered message from starting a second instance."""
@@ -67,15 +72,7 @@ def launch_nodeclaim(claim_id: int) -> dict[str, Any]:
     return {"claim": claim.name, "state": claim.state, "instance": claim.instance_id, "reason": claim.reason}
 
 
-@shared_task(
-    name="provisioning.tasks.launch_nodeclaims",
-    autoretry_for=(Throttled, ClusterError),
-    retry_backoff=True,
-    retry_backoff_max=120,
-    retry_jitter=True,
-    max_retries=8,
-    acks_late=True,
-)
+@shared_task(name="provisioning.tasks.launch_nodeclaims", **LAUNCH_RETRIES)
 def launch_nodeclaims(batch: str) -> dict[str, Any]:
     """Launch a batch of NodeClaims of identical launch input with one fleet; throttling
     retries with backoff, the batch's token (its ClientToken and instance tag) keeps a
