@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -46,17 +47,21 @@ def read_until(proc: subprocess.Popen[str], pattern: str, timeout: float = 120) 
             continue
         seen.append(line)
         if re.search(pattern, line):
+            keep_draining(proc)
             return "".join(seen)
     raise AssertionError(f"{pattern!r} not printed; output was:\n{''.join(seen)}")
+
+
+def keep_draining(proc: subprocess.Popen[str]) -> None:
+    """Read the rest of the output in the background: a pipe nobody reads fills up (64 KiB),
+    and then every process of `make run` blocks on its next log line, shutdown included."""
+    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
 
 
 def stop_and_check_nothing_is_left(proc: subprocess.Popen[str]) -> None:
     pgid = os.getpgid(proc.pid)
     proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    finally:
-        proc.stdout.close()
+    proc.wait(timeout=30)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
