@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 
 def main() -> int:
@@ -136,29 +137,17 @@ def submit(documents, prefix: str) -> None:
 
 def place(documents, prefix: str) -> None:
     """Pods as the pipeline leaves them: planned, their claims launched and registered, bound."""
+    from builders import mark_launched
     from django.utils import timezone
 
     from provisioning.cluster import simulated
-    from provisioning.models import NodeClaim
     from provisioning.scheduling.solver import solve
     from provisioning.services import provision
     from provisioning.services.catalog import load_catalog
 
     submit(documents, prefix)
     decision = provision.provision_once()
-    past = timezone.now() - timedelta(minutes=5)
-    for claim in decision.claims.all():
-        option = claim.launch_options[0]
-        claim.move(
-            NodeClaim.State.PENDING,
-            NodeClaim.State.LAUNCHED,
-            instance_id=f"i-{claim.pk:012x}00000",  # unique in the 12 digits a node is named by
-            instance_type=option["instanceType"],
-            zone=option["zone"],
-            capacity_type=option["capacityType"],
-            price_per_hour=option["price"],
-            launched_at=past,
-        )
+    mark_launched(decision.claims.all(), timezone.now() - timedelta(minutes=5))
     catalog = load_catalog()
     simulated.register_launched(0, catalog.instance_type)
     simulated.bind_pending(solve)

@@ -333,6 +333,18 @@ class Results:
     last_done: float = 0.0
 
 
+def post_and_check(client, body: bytes, uid: str) -> tuple[str | None, str | None]:
+    """One review sent and judged: ``(error or None, verdict)``; a network failure is an
+    error named by its type, never an exception out of a sender thread."""
+    try:
+        status, data = client.post(body)
+        return check_reply(status, data, uid)
+    except TimeoutError:
+        return "timeout", None
+    except (OSError, http.client.HTTPException) as exc:
+        return type(exc).__name__, None
+
+
 def check_reply(status: int, data: bytes, uid: str) -> tuple[str | None, str | None]:
     """(error, verdict): error is None for a well-formed AdmissionReview reply echoing uid."""
     if status != 200:
@@ -378,14 +390,7 @@ def run_phase(client: Client, rate: float, seconds: float, label: str, stop: thr
             i, due = job
             kind, uid, body = plan[i]
             lag = time.perf_counter() - due
-            error = verdict = None
-            try:
-                status, data = client.post(body)
-                error, verdict = check_reply(status, data, uid)
-            except TimeoutError:
-                error = "timeout"
-            except (OSError, http.client.HTTPException) as exc:
-                error = type(exc).__name__
+            error, verdict = post_and_check(client, body, uid)
             done = time.perf_counter()
             with lock:
                 results.latencies_ms.append((done - due) * 1000)
@@ -460,14 +465,7 @@ def run_closed(client: Client, concurrency: int, seconds: float, label: str, sto
                 return
             kind, uid, body = bodies[i % len(bodies)]
             i += concurrency
-            error = verdict = None
-            try:
-                status, data = client.post(body)
-                error, verdict = check_reply(status, data, uid)
-            except TimeoutError:
-                error = "timeout"
-            except (OSError, http.client.HTTPException) as exc:
-                error = type(exc).__name__
+            error, verdict = post_and_check(client, body, uid)
             done = time.perf_counter()
             with lock:
                 results.sent += 1

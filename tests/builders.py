@@ -90,3 +90,31 @@ def nodeclaim(
     if created_at or launched_at:
         NodeClaim.objects.filter(pk=claim.pk).update(created_at=created_at or launched_at)
     return claim
+
+
+def on_demand_general() -> dict:
+    """The NodePool most tests launch with: on-demand c, m and r types (the seed's NodePool
+    names instance families that do not exist, so it launches nothing)."""
+    return nodepool(
+        requirement("karpenter.sh/capacity-type", "on-demand"),
+        requirement("karpenter.k8s.aws/instance-category", "c", "m", "r"),
+    )
+
+
+def mark_launched(claims, launched_at) -> None:
+    """Move pending NodeClaims to launched on their first option, as a worker would after
+    the cloud answered, so the simulated kubelet registers them without a cloud."""
+    from provisioning.models import NodeClaim
+
+    for claim in claims:
+        option = claim.launch_options[0]
+        claim.move(
+            NodeClaim.State.PENDING,
+            NodeClaim.State.LAUNCHED,
+            instance_id=f"i-{claim.pk:012x}00000",  # unique in the 12 digits a node is named by
+            instance_type=option["instanceType"],
+            zone=option["zone"],
+            capacity_type=option["capacityType"],
+            price_per_hour=option["price"],
+            launched_at=launched_at,
+        )

@@ -8,7 +8,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from builders import deployment, nodepool, requirement
+from builders import deployment, mark_launched, on_demand_general
 from django.utils import timezone
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,10 +24,7 @@ from provisioning.services.policy import apply_manifest
 
 pytestmark = pytest.mark.django_db
 
-GENERAL = nodepool(
-    requirement("karpenter.sh/capacity-type", "on-demand"),
-    requirement("karpenter.k8s.aws/instance-category", "c", "m", "r"),
-)
+GENERAL = on_demand_general()
 GENERAL["spec"]["limits"] = {"cpu": "100", "memory": "400Gi"}
 
 
@@ -73,18 +70,7 @@ def run_and_bind() -> list[NodeClaim]:
     simulated.apply_pods(pods)
     decision = provision.provision_once()
     claims = list(decision.claims.all())
-    for claim in claims:
-        option = claim.launch_options[0]
-        claim.move(
-            NodeClaim.State.PENDING,
-            NodeClaim.State.LAUNCHED,
-            instance_id=f"i-{claim.pk:012x}00000",  # unique in the 12 digits a node is named by
-            instance_type=option["instanceType"],
-            zone=option["zone"],
-            capacity_type=option["capacityType"],
-            price_per_hour=option["price"],
-            launched_at=timezone.now() - timedelta(seconds=10),
-        )
+    mark_launched(claims, timezone.now() - timedelta(seconds=10))
     simulated.register_launched(0, bundled_catalog().instance_type)
     assert simulated.bind_pending(solve) == 6
     return [NodeClaim.objects.get(pk=c.pk) for c in claims]

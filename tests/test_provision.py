@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 import yaml
-from builders import deployment, nodepool, requirement
+from builders import deployment, on_demand_general
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -21,10 +21,7 @@ from provisioning.services.policy import apply_manifest
 
 pytestmark = pytest.mark.django_db
 
-GENERAL = nodepool(
-    requirement("karpenter.sh/capacity-type", "on-demand"),
-    requirement("karpenter.k8s.aws/instance-category", "c", "m", "r"),
-)
+GENERAL = on_demand_general()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import io
 
 import pytest
 import yaml
-from builders import nodepool, requirement
+from builders import on_demand_general
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from rest_framework.authtoken.models import Token
@@ -361,11 +361,7 @@ spec:
 """
 
 
-# The seed's NodePool names instance families that do not exist; this one launches.
-GENERAL = nodepool(
-    requirement("karpenter.sh/capacity-type", "on-demand"),
-    requirement("karpenter.k8s.aws/instance-category", "c", "m", "r"),
-)
+GENERAL = on_demand_general()
 
 
 def test_simulate_answers_what_manage_py_simulate_prints(viewer, tmp_path, seed_ec2nodeclass):

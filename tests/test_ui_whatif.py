@@ -8,7 +8,7 @@ import re
 
 import pytest
 import yaml
-from builders import deployment, nodeclaim, nodepool, requirement
+from builders import deployment, nodeclaim, nodepool, on_demand_general, requirement
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test import Client
@@ -21,10 +21,7 @@ from provisioning.services.policy import apply_manifest
 
 pytestmark = pytest.mark.django_db
 
-GENERAL = nodepool(
-    requirement("karpenter.sh/capacity-type", "on-demand"),
-    requirement("karpenter.k8s.aws/instance-category", "c", "m", "r"),
-)
+GENERAL = on_demand_general()
 # Names no instance family (families are c5, m6i...): every type is forbidden.
 NO_FAMILY = nodepool(requirement("karpenter.k8s.aws/instance-family", "m", "c", "r"))
 
