@@ -127,19 +127,24 @@ def pods_pending() -> None:
     from provisioning.services import provision
 
     if provision.note_pending():
-        batch_window.apply_async(countdown=provision.idle_seconds())
+        batch_window.apply_async(countdown=provision.idle_seconds() - provision.lookahead_seconds())
 
 
 @shared_task(name="provisioning.tasks.batch_window", ignore_result=True)
 def batch_window() -> dict[str, Any]:
-    """Close the batch window when it is due (1 s idle or 10 s in all), then provision."""
+    """Close the batch window when it is due (1 s idle or 10 s in all) and provision; the
+    run is prepared in the window's last ``KARPWEB_BATCH_LOOKAHEAD_SECONDS``."""
     from provisioning.services import provision as service
 
     wait = service.window_wait()
-    if wait > 0:
-        batch_window.apply_async(countdown=wait)
+    if wait > service.lookahead_seconds():
+        batch_window.apply_async(countdown=wait - service.lookahead_seconds())
         return {"wait": wait}
-    return provision()
+    again, decision = service.provision_at_close()
+    if again > 0:  # new pods pushed the close back, or another run is recording
+        batch_window.apply_async(countdown=again)
+        return {"wait": again}
+    return _decision_summary(decision)
 
 
 @shared_task(name="provisioning.tasks.provision")
@@ -147,7 +152,10 @@ def provision() -> dict[str, Any]:
     """One provisioning run over every pending pod (single: a Redis lock)."""
     from provisioning.services import provision as service
 
-    decision = service.provision()
+    return _decision_summary(service.provision())
+
+
+def _decision_summary(decision: Any) -> dict[str, Any]:
     if decision is None:
         return {"decision": None}
     return {

@@ -4,6 +4,7 @@ NodeClaims, the simulated kubelet and scheduler, and ``manage.py sim``."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -72,6 +73,73 @@ def test_one_provisioning_run_at_a_time(redis, policies):
         lock.release()
     decision = provision.provision(redis=redis)
     assert decision is not None and decision.claims.count() >= 1
+
+
+def counting(solve_hook=None):
+    """The solver, counting its calls; ``solve_hook`` runs after each solve (the cluster moving on)."""
+    calls = []
+
+    def run(snapshot):
+        plan = solve(snapshot)
+        calls.append(plan)
+        if solve_hook is not None:
+            solve_hook(len(calls))
+        return plan
+
+    return run, calls
+
+
+def closing_in(redis, seconds: float) -> float:
+    """Open a window that closes ``seconds`` from now (1 s idle); returns when it closes."""
+    now = time.time()
+    provision.note_pending(now=now + seconds - provision.idle_seconds(), redis=redis)
+    return now + seconds
+
+
+def test_a_run_prepared_before_the_window_closes_is_recorded_at_the_close(redis, policies):
+    submit(deployment("web", 5))
+    closes = closing_in(redis, 0.3)
+    solver, calls = counting()
+    again, decision = provision.provision_at_close(solver, redis=redis)
+    assert again == 0.0 and decision is not None and len(calls) == 1
+    assert decision.started_at.timestamp() >= closes  # prepared early, recorded only once closed
+    assert {"snapshot", "solve", "verify", "record"} == set(decision.timings)
+    assert len(decision.pods) == 5 and not provision.window_open(redis)
+    assert ClusterPod.objects.exclude(nominated="").count() == 5
+
+
+def test_a_prepared_run_is_solved_again_when_the_cluster_changed_before_the_close(redis, policies):
+    submit(deployment("web", 5))
+    closing_in(redis, 0.3)
+    solver, calls = counting(lambda n: n == 1 and submit(deployment("late", 2)))
+    again, decision = provision.provision_at_close(solver, redis=redis)
+    assert again == 0.0 and len(calls) == 2
+    assert "verify" not in decision.timings and len(decision.pods) == 7
+
+
+def test_pods_that_push_the_close_back_leave_the_run_to_the_windows_next_check(redis, policies):
+    submit(deployment("web", 5))
+    closing_in(redis, 0.3)
+    solver, calls = counting(lambda n: provision.note_pending(redis=redis))
+    again, decision = provision.provision_at_close(solver, redis=redis)
+    assert decision is None and len(calls) == 1
+    assert 0 < again <= provision.idle_seconds() - provision.lookahead_seconds()
+    assert provision.window_open(redis) and not Decision.objects.exists()
+
+
+def test_the_windows_last_check_waits_for_a_run_in_progress_and_for_the_lookahead(redis, policies):
+    submit(deployment("web", 5))
+    closing_in(redis, 0.9)
+    solver, calls = counting()
+    again, decision = provision.provision_at_close(solver, redis=redis)
+    assert decision is None and not calls and again > 0  # not yet within the lookahead
+    lock = redis.lock(provision.PROVISION_LOCK, timeout=30)
+    assert lock.acquire(blocking=False)
+    try:
+        assert provision.provision_at_close(solver, redis=redis) == (provision.LOCK_RETRY_SECONDS, None)
+    finally:
+        lock.release()
+    assert provision.window_open(redis) and not calls
 
 
 # ------------------------------------------------------------------ a provisioning run

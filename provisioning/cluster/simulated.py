@@ -105,11 +105,14 @@ class SimulatedCluster:
 def pod_manifest(pod: ClusterPod) -> Manifest:
     """The pod as the API would show it: bound (``spec.nodeName``, Running) or pending
     (PodScheduled False, Unschedulable)."""
-    manifest = copy.deepcopy(pod.manifest)
-    metadata = manifest.setdefault("metadata", {})
+    # Copies of the parts it changes only: the rest is shared with the row, which is read
+    # afresh for every call and never saved from here (a deep copy of 1,000 pods costs a
+    # provisioning run 0.2 s).
+    manifest = dict(pod.manifest)
+    metadata = manifest["metadata"] = dict(manifest.get("metadata") or {})
     metadata.update(namespace=pod.namespace, name=pod.name, uid=str(pod.uid))
     metadata.setdefault("creationTimestamp", pod.created_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    spec = manifest.setdefault("spec", {})
+    spec = manifest["spec"] = dict(manifest.get("spec") or {})
     if pod.node_name:
         spec["nodeName"] = pod.node_name
         manifest["status"] = {"phase": "Running"}

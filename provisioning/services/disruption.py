@@ -45,8 +45,13 @@ def template_hash(spec: dict[str, Any]) -> str:
 
 def drift_hashes(nodepool: str, nodeclass: str) -> dict[str, str]:
     """The hashes a new NodeClaim records, to be compared later."""
-    pool = NodePool.objects.filter(name=nodepool).first()
-    nc = EC2NodeClass.objects.filter(name=nodeclass).first()
+    return drift_hashes_of(
+        NodePool.objects.filter(name=nodepool).first(), EC2NodeClass.objects.filter(name=nodeclass).first()
+    )
+
+
+def drift_hashes_of(pool: NodePool | None, nc: EC2NodeClass | None) -> dict[str, str]:
+    """:func:`drift_hashes` of policies already read."""
     return {
         "nodepool": template_hash((pool.spec if pool else {}).get("template") or {}),
         "nodeclass": template_hash(nc.spec if nc else {}),

@@ -3,16 +3,20 @@ a Decision and NodeClaims.
 
 1. ``note_pending`` opens (or extends) the batch window in Redis; the window closes after
    ``KARPWEB_BATCH_IDLE_SECONDS`` without new pods or ``KARPWEB_BATCH_MAX_SECONDS`` in all.
-2. ``window_wait`` says how long until it closes; then ``provision`` runs under a Redis lock
-   over ALL pending pods (not only those that opened the window).
+2. ``window_wait`` says how long until it closes; then one run at a time (a Redis lock)
+   covers ALL pending pods (not only those that opened the window). ``provision_at_close``
+   reads and solves in the window's last half second and, once it closes, records that
+   plan if the cluster is unchanged, so a burst waits for the window and little more.
 3. The run builds the solver's snapshot from the policies, the pods and nodes of the cluster
    and the NodeClaims in flight (as nodes holding the pods nominated to them), solves it,
    and records one Decision with its NodeClaims; claims of identical launch input launch
-   together by one fleet (``launchbatch``), the others each by its own task.
+   together by one fleet (``launchbatch``), the others each by its own task, as soon as
+   the claims are committed and before the pods' nominations are written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import time
@@ -24,7 +28,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 
 from provisioning.cluster.base import Cluster, ObjectEvent
@@ -110,10 +114,57 @@ def provision(solve: Callable | None = None, redis: Any = None, cluster: Cluster
     try:
         return provision_once(solve, cluster)
     finally:
-        try:
-            lock.release()
-        except Exception:  # expired meanwhile: the next run takes it
-            log.warning("provisioning lock expired before release")
+        _release(lock)
+
+
+def provision_at_close(
+    solve: Callable | None = None, redis: Any = None, cluster: Cluster | None = None
+) -> tuple[float, Decision | None]:
+    """The last ``lookahead_seconds`` of the batch window: prepare the run (read and solve)
+    while the window is still open, then record it the moment the window closes if nothing
+    changed meanwhile; otherwise solve again.
+
+    Returns the seconds until the window is to be checked again (0 when this call ran) and
+    the Decision (None when nothing was pending). Again later: new pods pushed the close
+    back beyond the lookahead (the prepared run is discarded), or another run holds the
+    lock (checked again in ``LOCK_RETRY_SECONDS``, so its pods are not left to the sweep).
+
+    The window closes as before (idle 1 s, at most 10 s), so what a run covers is
+    unchanged; only its reading and solving overlap the window's idle end.
+    """
+    redis = redis or get_redis()
+    lock = redis.lock(PROVISION_LOCK, timeout=300, blocking_timeout=0)
+    if not lock.acquire(blocking=False):
+        return LOCK_RETRY_SECONDS, None
+    try:
+        prepared: Solved | None = None
+        tried = False
+        while (wait := window_wait(redis=redis)) > 0:
+            if wait > lookahead_seconds():
+                return wait - lookahead_seconds(), None
+            if not tried:
+                tried = True
+                prepared = solve_inputs(solve)
+            else:
+                time.sleep(wait)
+        return 0.0, provision_once(solve, cluster, prepared)
+    finally:
+        _release(lock)
+
+
+LOCK_RETRY_SECONDS = 0.25
+
+
+def lookahead_seconds() -> float:
+    """How long before the window closes a run is prepared (at most the idle window)."""
+    return max(0.0, min(float(settings.KARPWEB_BATCH_LOOKAHEAD_SECONDS), idle_seconds()))
+
+
+def _release(lock) -> None:
+    try:
+        lock.release()
+    except Exception:  # expired meanwhile: the next run takes it
+        log.warning("provisioning lock expired before release")
 
 
 # A pod nominated to a claim whose node just became Ready waits this long for the scheduler
@@ -133,12 +184,37 @@ def pending_pods():
     return ClusterPod.objects.filter(node_name="").exclude(nominated__in=nominating_claims())
 
 
-def provision_once(solve: Callable | None = None, cluster: Cluster | None = None) -> Decision | None:
+@dataclasses.dataclass
+class Inputs:
+    """Everything a run decides on, read at one moment. The solve is a function of it alone,
+    so a plan made for equal inputs is the plan (``same``)."""
+
+    pending: list[ClusterPod]
+    documents: list[dict]
+    catalog: Any
+    unavailable: dict[str, str]
+    read_seconds: float
+
+    def same(self, other: Inputs) -> bool:
+        same_catalog = self.catalog is other.catalog and self.unavailable == other.unavailable
+        return same_catalog and self.documents == other.documents
+
+
+@dataclasses.dataclass
+class Solved:
+    inputs: Inputs
+    plan: Plan
+    notes: list[str]
+    timings: dict[str, float]
+
+
+def read_inputs() -> Inputs | None:
+    """The run's inputs; None when no pod is pending. Rows are read in a fixed order, so
+    two reads of an unchanged cluster compare equal."""
     from provisioning.services.catalog import load_catalog, unavailable_now
-    from provisioning.services.simulate import build_snapshot, default_solver
 
     started = time.perf_counter()
-    pending = list(pending_pods())
+    pending = list(pending_pods().order_by("pk"))
     if not pending:
         return None
     catalog = load_catalog()
@@ -148,21 +224,53 @@ def provision_once(solve: Callable | None = None, cluster: Cluster | None = None
         return None
     documents += [pod_manifest(p) for p in pending]
     unavailable = unavailable_now()
-    snapshot, notes = build_snapshot(documents, catalog=catalog, unavailable=unavailable.__contains__)
-    prepared = time.perf_counter()
+    return Inputs(pending, documents, catalog, unavailable, time.perf_counter() - started)
+
+
+def solve_inputs(solve: Callable | None = None, inputs: Inputs | None = None) -> Solved | None:
+    """Read (unless given) and solve; None when nothing is pending."""
+    from provisioning.services.simulate import build_snapshot, default_solver
+
+    inputs = inputs or read_inputs()
+    if inputs is None:
+        return None
+    started = time.perf_counter()
+    snapshot, notes = build_snapshot(
+        inputs.documents, catalog=inputs.catalog, unavailable=inputs.unavailable.__contains__
+    )
+    built = time.perf_counter()
     plan: Plan = (solve or default_solver())(snapshot)
-    solved = time.perf_counter()
-    decision = _record(plan, snapshot, pending, notes, catalog, unavailable, cluster)
+    timings = {"snapshot": inputs.read_seconds + built - started, "solve": time.perf_counter() - built}
+    return Solved(inputs, plan, notes, timings)
+
+
+def provision_once(
+    solve: Callable | None = None, cluster: Cluster | None = None, prepared: Solved | None = None
+) -> Decision | None:
+    """Read, solve (or take ``prepared``, solved for inputs equal to these) and record."""
+    inputs = read_inputs()
+    if inputs is None:
+        return None
+    if prepared is not None and prepared.inputs.same(inputs):
+        # Prepared before the window closed: only the check that nothing changed is on the
+        # way to the launch; the fresh rows are the ones recorded.
+        timings = {**prepared.timings, "verify": inputs.read_seconds}
+        solved = dataclasses.replace(prepared, inputs=inputs, timings=timings)
+    else:
+        if prepared is not None:
+            log.debug("the cluster changed after the run was prepared: solving again")
+        solved = solve_inputs(solve, inputs)
+    started = time.perf_counter()
+    decision = _record(solved, cluster)
     decision.timings = {
-        "snapshot": round(prepared - started, 4),
-        "solve": round(solved - prepared, 4),
-        "record": round(time.perf_counter() - solved, 4),
+        **{k: round(v, 4) for k, v in solved.timings.items()},
+        "record": round(time.perf_counter() - started, 4),
     }
     decision.save(update_fields=["timings"])
-    SCHEDULING_DURATION.labels("provisioner").observe(solved - prepared)
-    PROVISIONING_DURATION.observe(time.perf_counter() - started)
-    PROVISIONING_PODS.observe(len(pending))
-    _log_decision(decision, plan)
+    SCHEDULING_DURATION.labels("provisioner").observe(solved.timings["solve"])
+    PROVISIONING_DURATION.observe(sum(decision.timings.values()))
+    PROVISIONING_PODS.observe(len(inputs.pending))
+    _log_decision(decision, solved.plan)
     return decision
 
 
@@ -198,18 +306,18 @@ def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
     (on the claim, or on its node once registered), so their room stays theirs. Also the
     ids of the pods included: the cluster moves on while it is read, and a pod read as
     pending a moment ago may be among them now."""
-    documents: list[dict] = [obj.to_manifest() for obj in EC2NodeClass.objects.all()]
-    documents += [obj.to_manifest() for obj in NodePool.objects.all()]
-    documents += [n.manifest for n in ClusterNode.objects.all()]
+    documents: list[dict] = [obj.to_manifest() for obj in EC2NodeClass.objects.order_by("pk")]
+    documents += [obj.to_manifest() for obj in NodePool.objects.order_by("pk")]
+    documents += [n.manifest for n in ClusterNode.objects.order_by("pk")]
     documents += in_flight_documents(catalog)
-    bound = list(ClusterPod.objects.exclude(node_name=""))
+    bound = list(ClusterPod.objects.exclude(node_name="").order_by("pk"))
     documents += [pod_manifest(pod) for pod in bound]
     seen = {pod.pk for pod in bound}
     claims = list(NodeClaim.objects.filter(state__in=IN_FLIGHT).values_list("name", flat=True))
     node_of = dict(
         NodeClaim.objects.filter(name__in=nominating_claims()).exclude(node_name="").values_list("name", "node_name")
     )
-    for pod in ClusterPod.objects.filter(node_name="", nominated__in=[*claims, *node_of]):
+    for pod in ClusterPod.objects.filter(node_name="", nominated__in=[*claims, *node_of]).order_by("pk"):
         if pod.pk in seen:  # bound by the scheduler between the two reads
             continue
         seen.add(pod.pk)
@@ -223,7 +331,7 @@ def in_flight_documents(catalog) -> list[dict]:
     """NodeClaims not registered yet, as Nodes of their chosen (or cheapest) offering, so the
     solver fills them before it plans more."""
     documents = []
-    for claim in NodeClaim.objects.filter(state__in=IN_FLIGHT):
+    for claim in NodeClaim.objects.filter(state__in=IN_FLIGHT).order_by("pk"):
         option = (claim.launch_options or [None])[0]
         if option is None:
             continue
@@ -242,57 +350,77 @@ def in_flight_documents(catalog) -> list[dict]:
     return documents
 
 
-def _record(
-    plan: Plan,
-    snapshot,
-    pending: list[ClusterPod],
-    notes: list[str],
-    catalog,
-    unavailable: dict[str, str],
-    cluster: Cluster | None = None,
-) -> Decision:
-    by_key = {p.key: p for p in pending}
-    recorded: list[ObjectEvent] = []
+def _record(solved: Solved, cluster: Cluster | None = None) -> Decision:
+    """The Decision and its NodeClaims, committed and their launches dispatched first: they
+    are what the cloud waits on. Then the pods' nominations and reasons, and the events. The
+    run's lock is held throughout, so no other run sees the claims without their pods."""
+    plan, inputs = solved.plan, solved.inputs
+    by_key = {p.key: p for p in inputs.pending}
     with transaction.atomic():
         decision = Decision.objects.create(
             pods=sorted(by_key),
             unschedulable=[{"pod": k, "reason": r} for k, r in sorted(plan.unschedulable.items())],
-            catalog_version=f"{catalog.region} {catalog.built_at or ''}".strip(),
+            catalog_version=f"{inputs.catalog.region} {inputs.catalog.built_at or ''}".strip(),
             total_price_per_hour=Decimal(str(round(plan.total_price, 6))),
-            notes=notes[:50],
-            unavailable=unavailable,
+            notes=solved.notes[:50],
+            unavailable=inputs.unavailable,
         )
         claims = create_claims(plan.claims, decision=decision)
+    recorded: list[ObjectEvent] = []
+    with transaction.atomic():
+        nominate: dict[str, list[int]] = {}
         for claim, planned in zip(claims, plan.claims, strict=True):
-            ClusterPod.objects.filter(
-                namespace__in={k.split("/", 1)[0] for k in planned.pods},
-                name__in=[k.split("/", 1)[1] for k in planned.pods],
-                node_name="",
-            ).update(nominated=claim.name, unschedulable_reason="")
+            nominate[claim.name] = [by_key[key].pk for key in planned.pods if key in by_key]
             recorded += [events.nominated(by_key[key], claim.name) for key in planned.pods if key in by_key]
+        _nominate(nominate)
+        reasons: dict[str, list[int]] = {}
         for key, reason in plan.unschedulable.items():
             pod = by_key.get(key)
             if pod is not None:
-                ClusterPod.objects.filter(pk=pod.pk).update(unschedulable_reason=reason[:4000])
+                reasons.setdefault(reason[:4000], []).append(pod.pk)
                 recorded.append(events.failed_scheduling(pod, reason))
+        for reason, pks in reasons.items():
+            ClusterPod.objects.filter(pk__in=pks).update(unschedulable_reason=reason)
         # Once committed, so no event names a claim that was rolled back.
         transaction.on_commit(lambda: events.record(recorded, cluster))
     return decision
 
 
+def _nominate(pods_of: dict[str, list[int]]) -> None:
+    """Nominate pods to their claims in one statement; a pod bound meanwhile keeps its node."""
+    pods_of = {claim: pks for claim, pks in pods_of.items() if pks}
+    if not pods_of:
+        return
+    ClusterPod.objects.filter(pk__in=[pk for pks in pods_of.values() for pk in pks], node_name="").update(
+        nominated=Case(*(When(pk__in=pks, then=Value(claim)) for claim, pks in pods_of.items())),
+        unschedulable_reason="",
+    )
+
+
 def create_claims(planned: Sequence[ClaimPlan], *, decision=None, disruption=None) -> list[NodeClaim]:
     """NodeClaim rows for planned claims, launched once committed: those of identical launch
     input together by one fleet, the others each by its own task (``launchbatch``)."""
+    from provisioning.services.disruption import drift_hashes_of
+
     nodepools = {p.name: p for p in NodePool.objects.all()}
-    claims = [_claim(c, nodepools.get(c.nodepool), decision, disruption) for c in planned]
+    nodeclasses = {c.name: c for c in EC2NodeClass.objects.all()}
+    hashes: dict[tuple[str, str], dict[str, str]] = {}
+
+    def hashes_of(nodepool: str, nodeclass: str) -> dict[str, str]:
+        if (nodepool, nodeclass) not in hashes:
+            hashes[nodepool, nodeclass] = drift_hashes_of(nodepools.get(nodepool), nodeclasses.get(nodeclass))
+        return hashes[nodepool, nodeclass]
+
+    claims = NodeClaim.objects.bulk_create(
+        [_claim(c, nodepools.get(c.nodepool), decision, disruption, hashes_of) for c in planned]
+    )
     launches = launchbatch.plan_launches(claims)
     transaction.on_commit(lambda: launchbatch.dispatch(launches))
     return claims
 
 
-def _claim(planned: ClaimPlan, nodepool: NodePool | None, decision, disruption) -> NodeClaim:
-    from provisioning.services.disruption import drift_hashes
-
+def _claim(planned: ClaimPlan, nodepool: NodePool | None, decision, disruption, hashes_of) -> NodeClaim:
+    """The (unsaved) row of a planned claim."""
     template = ((nodepool.spec if nodepool else {}).get("template") or {}).get("spec") or {}
     nodeclass = (template.get("nodeClassRef") or {}).get("name", "")
     spec = {
@@ -302,9 +430,9 @@ def _claim(planned: ClaimPlan, nodepool: NodePool | None, decision, disruption) 
         "startupTaints": template.get("startupTaints") or [],
         "expireAfter": template.get("expireAfter", "720h"),
         "nodeClassRef": template.get("nodeClassRef") or {},
-        "driftHashes": drift_hashes(planned.nodepool, nodeclass),
+        "driftHashes": hashes_of(planned.nodepool, nodeclass),
     }
-    return NodeClaim.objects.create(
+    return NodeClaim(
         name=f"{planned.nodepool}-{secrets.token_hex(3)}",
         nodepool_name=planned.nodepool,
         nodeclass_name=nodeclass,
