@@ -145,6 +145,26 @@ def test_the_secret_template_is_valid_and_names_what_the_pods_need(docs):
             assert [r["configMapRef"]["name"] for r in refs if "configMapRef" in r][0] in config
 
 
+# Kinds that have no namespace; every other object belongs in karpweb's.
+CLUSTER_SCOPED = {
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingWebhookConfiguration",
+}
+
+
+def test_every_object_is_karpwebs_and_in_its_namespace(docs):
+    for doc in docs:
+        what = f"{doc['kind']}/{doc['metadata']['name']}"
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "karpweb", what
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], what
+        else:
+            assert doc["metadata"].get("namespace") == NAMESPACE, what
+
+
 def test_the_crds_are_the_ones_in_deploy_crds(docs):
     rendered = {d["metadata"]["name"]: d for d in docs if d["kind"] == "CustomResourceDefinition"}
     kept = [yaml.safe_load((DEPLOY / "crds" / name).read_text()) for name in all_crds()]
