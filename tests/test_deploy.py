@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import base64
 import copy
+import functools
 import os
 import shlex
 import shutil
@@ -20,8 +21,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dockerfile
+import jsonschema
 import kubernetes_validate
 import pytest
 import requests
@@ -29,6 +32,7 @@ import yaml
 from django.core.management import call_command
 
 from karpweb import entrypoint
+from karpweb.celery import app as celery_app
 from provisioning.cluster import kubernetes as cluster_kubernetes
 from provisioning.crd.render import all_crds
 from provisioning.launcher import embedded_redis_argv, free_port, wait_for_port
@@ -50,6 +54,9 @@ ROLES = {
 }
 # Kinds that are not built in, so no Kubernetes schema checks them; nothing else may appear.
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+# KEDA's, checked against tests/fixtures/keda/ instead.
+KEDA_KINDS = {"ScaledObject", "TriggerAuthentication"}
+KEDA_SCHEMAS = Path(__file__).resolve().parent / "fixtures" / "keda" / "v1alpha1.schema.yaml"
 
 
 def kustomize(path: Path) -> list[dict]:
@@ -74,10 +81,11 @@ def renderings(no_cert_manager) -> dict[str, list[dict]]:
         "base": kustomize(DEPLOY),
         "production": kustomize(DEPLOY / "overlays" / "production"),
         "no-cert-manager": kustomize(no_cert_manager),
+        "production-keda": kustomize(DEPLOY / "overlays" / "production-keda"),
     }
 
 
-@pytest.fixture(params=["base", "production", "no-cert-manager"])
+@pytest.fixture(params=["base", "production", "no-cert-manager", "production-keda"])
 def profile(request, renderings) -> str:
     return request.param
 
@@ -112,12 +120,48 @@ def test_every_object_is_valid_for_kubernetes(docs):
         if doc["kind"] in CERT_MANAGER_KINDS:
             assert doc["apiVersion"] == "cert-manager.io/v1", what
             continue
+        if doc["kind"] in KEDA_KINDS:
+            validate_keda(doc)
+            continue
         for version in KUBERNETES_VERSIONS:
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
                 path = ".".join(str(p) for p in exc.path)
                 pytest.fail(f"{what} is invalid for Kubernetes {version} at {path}: {exc.message}")
+
+
+@functools.cache
+def keda_validators() -> dict[str, jsonschema.protocols.Validator]:
+    schemas = yaml.safe_load(KEDA_SCHEMAS.read_text())
+    defs = schemas.pop("$defs")
+    return {kind: jsonschema.Draft202012Validator({**schema, "$defs": defs}) for kind, schema in schemas.items()}
+
+
+def validate_keda(doc: dict) -> None:
+    """A KEDA object against its schema; the HPA behavior a ScaledObject carries against Kubernetes'."""
+    what = f"{doc['kind']}/{doc['metadata']['name']}"
+    errors = sorted(keda_validators()[doc["kind"]].iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        pytest.fail(f"{what}: " + "; ".join(f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors))
+    behavior = doc["spec"].get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior")
+    if behavior is not None:
+        hpa = {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": doc["metadata"]["name"]},
+            "spec": {**scaler_bounds(doc), "scaleTargetRef": doc["spec"]["scaleTargetRef"], "behavior": behavior},
+        }
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(hpa, version, strict=True)
+
+
+def scaler_bounds(scaler: dict) -> dict[str, int]:
+    """minReplicas and maxReplicas, of an HPA or of the HPA a ScaledObject makes."""
+    spec = scaler["spec"]
+    if scaler["kind"] == "ScaledObject":
+        return {"minReplicas": spec["minReplicaCount"], "maxReplicas": spec["maxReplicaCount"]}
+    return {"minReplicas": spec["minReplicas"], "maxReplicas": spec["maxReplicas"]}
 
 
 def test_strict_validation_catches_a_misspelt_field(renderings):
@@ -450,6 +494,100 @@ def test_production_scales_spreads_and_assumes_the_aws_role(renderings):
         assert keys == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}, name
     config = only(docs, "ConfigMap")["data"]
     assert "localhost" in config["ALLOWED_HOSTS"].split(",")  # the probes' Host
+
+
+# --------------------------------------------------------------------------------------------------
+# The worker's scaler: the production HPA on CPU, or on the Celery queue as well through KEDA
+
+
+def worker_scalers(docs: list[dict]) -> list[dict]:
+    return [
+        d
+        for d in docs
+        if d["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")
+        and d["spec"]["scaleTargetRef"]["name"] == "karpweb-worker"
+    ]
+
+
+def identities(docs: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def test_one_scaler_owns_the_worker_count(profile, docs):
+    """KEDA makes an HPA of its own from the ScaledObject: beside another HPA, two would set the
+    Deployment's replicas in turn."""
+    scalers = worker_scalers(docs)
+    if profile == "base":
+        assert scalers == []
+        return
+    (scaler,) = scalers
+    assert scaler["kind"] == ("ScaledObject" if profile == "production-keda" else "HorizontalPodAutoscaler")
+    assert scaler["metadata"]["namespace"] == NAMESPACE
+    assert scaler["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "karpweb-worker"}
+    assert "replicas" not in only(docs, "Deployment", "karpweb-worker")["spec"]
+    assert scaler_bounds(scaler) == {"minReplicas": 3, "maxReplicas": 20}
+
+
+def test_the_keda_profile_is_production_with_a_scaled_object_for_the_hpa(renderings):
+    production = identities(renderings["production"])
+    keda = identities(renderings["production-keda"])
+    hpa = production.pop(("HorizontalPodAutoscaler", "karpweb-worker"))
+    scaled = keda.pop(("ScaledObject", "karpweb-worker"))
+    auth = keda.pop(("TriggerAuthentication", "karpweb-redis"))
+    assert keda == production  # nothing else changes
+
+    # The HPA KEDA makes scales as the production one, on CPU as well as on the queue.
+    spec = scaled["spec"]
+    assert spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == hpa["spec"]["behavior"]
+    triggers = {t["type"]: t for t in spec["triggers"]}
+    assert set(triggers) == {"redis", "cpu"}
+    (cpu,) = [m["resource"] for m in hpa["spec"]["metrics"]]
+    assert triggers["cpu"]["metricType"] == "Utilization"
+    assert triggers["cpu"]["metadata"] == {"value": str(cpu["target"]["averageUtilization"])}
+
+    # The queue karpweb sends its tasks to, in the Redis the Secret names.
+    redis = triggers["redis"]
+    assert redis["metadata"]["listName"] == celery_app.conf.task_default_queue == "celery"
+    assert not celery_app.conf.task_routes and not celery_app.conf.task_queues  # so that one list holds them all
+    assert int(redis["metadata"]["listLength"]) > 0
+    assert redis["authenticationRef"] == {"name": auth["metadata"]["name"]}
+    assert auth["metadata"]["namespace"] == scaled["metadata"]["namespace"] == NAMESPACE
+    parameters = {ref["parameter"]: ref for ref in auth["spec"]["secretTargetRef"]}
+    assert set(parameters) == {"address", "password", "tls"}
+    assert {ref["name"] for ref in parameters.values()} == {"karpweb-env"}
+
+    # The template of that Secret has the keys, naming the Redis of REDIS_URL.
+    template = yaml.safe_load((DEPLOY / "secret.example.yaml").read_text())["stringData"]
+    given = {parameter: template[ref["key"]] for parameter, ref in parameters.items()}
+    url = urlsplit(template["REDIS_URL"])
+    assert given["address"] == f"{url.hostname}:{url.port or 6379}"
+    assert given["password"] == (url.password or "")
+    assert given["tls"] == ("enable" if url.scheme == "rediss" else "disable")
+    assert redis["metadata"]["databaseIndex"] == (url.path.strip("/") or "0")
+
+
+def test_the_keda_schema_refuses_what_the_api_server_would_drop(renderings):
+    keda = identities(renderings["production-keda"])
+    scaled = keda[("ScaledObject", "karpweb-worker")]
+    validate_keda(scaled)
+
+    def refused(doc: dict) -> None:
+        with pytest.raises(pytest.fail.Exception):
+            validate_keda(doc)
+
+    misspelt = copy.deepcopy(scaled)
+    misspelt["spec"]["minReplicas"] = misspelt["spec"].pop("minReplicaCount")  # the HPA's name for it
+    refused(misspelt)
+    number = copy.deepcopy(scaled)
+    number["spec"]["triggers"][0]["metadata"]["listLength"] = 8  # trigger metadata is strings only
+    refused(number)
+    behavior = copy.deepcopy(scaled)
+    behavior["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["window"] = 300
+    with pytest.raises(kubernetes_validate.ValidationError):  # Kubernetes' own schema checks the behavior
+        validate_keda(behavior)
+    auth = copy.deepcopy(keda[("TriggerAuthentication", "karpweb-redis")])
+    del auth["spec"]["secretTargetRef"][0]["key"]
+    refused(auth)
 
 
 # --------------------------------------------------------------------------------------------------
