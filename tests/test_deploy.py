@@ -36,6 +36,7 @@ from karpweb.celery import app as celery_app
 from provisioning.cluster import kubernetes as cluster_kubernetes
 from provisioning.crd.render import all_crds
 from provisioning.launcher import embedded_redis_argv, free_port, wait_for_port
+from provisioning.observability.broker import QUEUE_LENGTH
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -76,16 +77,31 @@ def no_cert_manager(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def renderings(no_cert_manager) -> dict[str, list[dict]]:
+def prometheus_adapter(tmp_path_factory) -> Path:
+    """A profile of production with the prometheus-adapter component, as its comment says to write one."""
+    overlay = tmp_path_factory.mktemp("prometheus-adapter")
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "overlays" / "production", overlay)],
+        "components": [os.path.relpath(DEPLOY / "components" / "queue-scaling-prometheus-adapter", overlay)],
+    }
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return overlay
+
+
+@pytest.fixture(scope="module")
+def renderings(no_cert_manager, prometheus_adapter) -> dict[str, list[dict]]:
     return {
         "base": kustomize(DEPLOY),
         "production": kustomize(DEPLOY / "overlays" / "production"),
         "no-cert-manager": kustomize(no_cert_manager),
         "production-keda": kustomize(DEPLOY / "overlays" / "production-keda"),
+        "production-prometheus-adapter": kustomize(prometheus_adapter),
     }
 
 
-@pytest.fixture(params=["base", "production", "no-cert-manager", "production-keda"])
+@pytest.fixture(params=["base", "production", "no-cert-manager", "production-keda", "production-prometheus-adapter"])
 def profile(request, renderings) -> str:
     return request.param
 
@@ -497,7 +513,8 @@ def test_production_scales_spreads_and_assumes_the_aws_role(renderings):
 
 
 # --------------------------------------------------------------------------------------------------
-# The worker's scaler: the production HPA on CPU, or on the Celery queue as well through KEDA
+# The worker's scaler: the production HPA on CPU, or on the Celery queue as well through KEDA or
+# prometheus-adapter
 
 
 def worker_scalers(docs: list[dict]) -> list[dict]:
@@ -588,6 +605,28 @@ def test_the_keda_schema_refuses_what_the_api_server_would_drop(renderings):
     auth = copy.deepcopy(keda[("TriggerAuthentication", "karpweb-redis")])
     del auth["spec"]["secretTargetRef"][0]["key"]
     refused(auth)
+
+
+def test_the_prometheus_adapter_profile_adds_the_queue_to_the_production_hpa(renderings):
+    production = identities(renderings["production"])
+    adapter = identities(renderings["production-prometheus-adapter"])
+    before = production.pop(("HorizontalPodAutoscaler", "karpweb-worker"))
+    hpa = adapter.pop(("HorizontalPodAutoscaler", "karpweb-worker"))
+    assert adapter == production
+    assert {k: v for k, v in hpa["spec"].items() if k != "metrics"} == {
+        k: v for k, v in before["spec"].items() if k != "metrics"
+    }
+    cpu, queue = hpa["spec"]["metrics"]
+    assert cpu == before["spec"]["metrics"][0]
+    # The metric /metrics exports, for the queue the tasks go to, aiming where the KEDA component aims.
+    assert queue["type"] == "External"
+    assert queue["external"]["metric"] == {
+        "name": QUEUE_LENGTH,
+        "selector": {"matchLabels": {"queue": celery_app.conf.task_default_queue}},
+    }
+    scaled = only(renderings["production-keda"], "ScaledObject")
+    (redis,) = [t for t in scaled["spec"]["triggers"] if t["type"] == "redis"]
+    assert queue["external"]["target"] == {"type": "AverageValue", "averageValue": redis["metadata"]["listLength"]}
 
 
 # --------------------------------------------------------------------------------------------------
