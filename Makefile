@@ -31,9 +31,11 @@ lint: setup
 crds: setup
 	$(PY) manage.py crds --out deploy/crds
 
-# The production manifests as `kubectl apply -k deploy/overlays/production` would apply them.
+# The production manifests as `kubectl apply -k deploy/overlays/production` would apply them;
+# OVERLAY=production-keda (workers scaled on the Celery queue by KEDA) or another overlay.
+OVERLAY ?= production
 manifests: setup
-	$(VENV)/bin/kubectl kustomize deploy/overlays/production
+	$(VENV)/bin/kubectl kustomize deploy/overlays/$(OVERLAY)
 
 bench-webhook: setup
 	$(PY) bench/webhook_latency.py

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import base64
 import copy
+import functools
 import os
 import shlex
 import shutil
@@ -20,8 +21,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dockerfile
+import jsonschema
 import kubernetes_validate
 import pytest
 import requests
@@ -29,9 +32,11 @@ import yaml
 from django.core.management import call_command
 
 from karpweb import entrypoint
+from karpweb.celery import app as celery_app
 from provisioning.cluster import kubernetes as cluster_kubernetes
 from provisioning.crd.render import all_crds
 from provisioning.launcher import embedded_redis_argv, free_port, wait_for_port
+from provisioning.observability.broker import QUEUE_LENGTH
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -50,6 +55,9 @@ ROLES = {
 }
 # Kinds that are not built in, so no Kubernetes schema checks them; nothing else may appear.
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+# KEDA's, checked against tests/fixtures/keda/ instead.
+KEDA_KINDS = {"ScaledObject", "TriggerAuthentication"}
+KEDA_SCHEMAS = Path(__file__).resolve().parent / "fixtures" / "keda" / "v1alpha1.schema.yaml"
 
 
 def kustomize(path: Path) -> list[dict]:
@@ -69,15 +77,31 @@ def no_cert_manager(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def renderings(no_cert_manager) -> dict[str, list[dict]]:
+def prometheus_adapter(tmp_path_factory) -> Path:
+    """A profile of production with the prometheus-adapter component, as its comment says to write one."""
+    overlay = tmp_path_factory.mktemp("prometheus-adapter")
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "overlays" / "production", overlay)],
+        "components": [os.path.relpath(DEPLOY / "components" / "queue-scaling-prometheus-adapter", overlay)],
+    }
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return overlay
+
+
+@pytest.fixture(scope="module")
+def renderings(no_cert_manager, prometheus_adapter) -> dict[str, list[dict]]:
     return {
         "base": kustomize(DEPLOY),
         "production": kustomize(DEPLOY / "overlays" / "production"),
         "no-cert-manager": kustomize(no_cert_manager),
+        "production-keda": kustomize(DEPLOY / "overlays" / "production-keda"),
+        "production-prometheus-adapter": kustomize(prometheus_adapter),
     }
 
 
-@pytest.fixture(params=["base", "production", "no-cert-manager"])
+@pytest.fixture(params=["base", "production", "no-cert-manager", "production-keda", "production-prometheus-adapter"])
 def profile(request, renderings) -> str:
     return request.param
 
@@ -112,12 +136,48 @@ def test_every_object_is_valid_for_kubernetes(docs):
         if doc["kind"] in CERT_MANAGER_KINDS:
             assert doc["apiVersion"] == "cert-manager.io/v1", what
             continue
+        if doc["kind"] in KEDA_KINDS:
+            validate_keda(doc)
+            continue
         for version in KUBERNETES_VERSIONS:
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
                 path = ".".join(str(p) for p in exc.path)
                 pytest.fail(f"{what} is invalid for Kubernetes {version} at {path}: {exc.message}")
+
+
+@functools.cache
+def keda_validators() -> dict[str, jsonschema.protocols.Validator]:
+    schemas = yaml.safe_load(KEDA_SCHEMAS.read_text())
+    defs = schemas.pop("$defs")
+    return {kind: jsonschema.Draft202012Validator({**schema, "$defs": defs}) for kind, schema in schemas.items()}
+
+
+def validate_keda(doc: dict) -> None:
+    """A KEDA object against its schema; the HPA behavior a ScaledObject carries against Kubernetes'."""
+    what = f"{doc['kind']}/{doc['metadata']['name']}"
+    errors = sorted(keda_validators()[doc["kind"]].iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        pytest.fail(f"{what}: " + "; ".join(f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors))
+    behavior = doc["spec"].get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior")
+    if behavior is not None:
+        hpa = {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": doc["metadata"]["name"]},
+            "spec": {**scaler_bounds(doc), "scaleTargetRef": doc["spec"]["scaleTargetRef"], "behavior": behavior},
+        }
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(hpa, version, strict=True)
+
+
+def scaler_bounds(scaler: dict) -> dict[str, int]:
+    """minReplicas and maxReplicas, of an HPA or of the HPA a ScaledObject makes."""
+    spec = scaler["spec"]
+    if scaler["kind"] == "ScaledObject":
+        return {"minReplicas": spec["minReplicaCount"], "maxReplicas": spec["maxReplicaCount"]}
+    return {"minReplicas": spec["minReplicas"], "maxReplicas": spec["maxReplicas"]}
 
 
 def test_strict_validation_catches_a_misspelt_field(renderings):
@@ -143,6 +203,26 @@ def test_the_secret_template_is_valid_and_names_what_the_pods_need(docs):
             refs = container["envFrom"]
             assert {"secretRef": {"name": "karpweb-env"}} in refs
             assert [r["configMapRef"]["name"] for r in refs if "configMapRef" in r][0] in config
+
+
+# Kinds that have no namespace; every other object belongs in karpweb's.
+CLUSTER_SCOPED = {
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingWebhookConfiguration",
+}
+
+
+def test_every_object_is_karpwebs_and_in_its_namespace(docs):
+    for doc in docs:
+        what = f"{doc['kind']}/{doc['metadata']['name']}"
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "karpweb", what
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], what
+        else:
+            assert doc["metadata"].get("namespace") == NAMESPACE, what
 
 
 def test_the_crds_are_the_ones_in_deploy_crds(docs):
@@ -430,6 +510,123 @@ def test_production_scales_spreads_and_assumes_the_aws_role(renderings):
         assert keys == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}, name
     config = only(docs, "ConfigMap")["data"]
     assert "localhost" in config["ALLOWED_HOSTS"].split(",")  # the probes' Host
+
+
+# --------------------------------------------------------------------------------------------------
+# The worker's scaler: the production HPA on CPU, or on the Celery queue as well through KEDA or
+# prometheus-adapter
+
+
+def worker_scalers(docs: list[dict]) -> list[dict]:
+    return [
+        d
+        for d in docs
+        if d["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")
+        and d["spec"]["scaleTargetRef"]["name"] == "karpweb-worker"
+    ]
+
+
+def identities(docs: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def test_one_scaler_owns_the_worker_count(profile, docs):
+    """KEDA makes an HPA of its own from the ScaledObject: beside another HPA, two would set the
+    Deployment's replicas in turn."""
+    scalers = worker_scalers(docs)
+    if profile == "base":
+        assert scalers == []
+        return
+    (scaler,) = scalers
+    assert scaler["kind"] == ("ScaledObject" if profile == "production-keda" else "HorizontalPodAutoscaler")
+    assert scaler["metadata"]["namespace"] == NAMESPACE
+    assert scaler["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "karpweb-worker"}
+    assert "replicas" not in only(docs, "Deployment", "karpweb-worker")["spec"]
+    assert scaler_bounds(scaler) == {"minReplicas": 3, "maxReplicas": 20}
+
+
+def test_the_keda_profile_is_production_with_a_scaled_object_for_the_hpa(renderings):
+    production = identities(renderings["production"])
+    keda = identities(renderings["production-keda"])
+    hpa = production.pop(("HorizontalPodAutoscaler", "karpweb-worker"))
+    scaled = keda.pop(("ScaledObject", "karpweb-worker"))
+    auth = keda.pop(("TriggerAuthentication", "karpweb-redis"))
+    assert keda == production  # nothing else changes
+
+    # The HPA KEDA makes scales as the production one, on CPU as well as on the queue.
+    spec = scaled["spec"]
+    assert spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == hpa["spec"]["behavior"]
+    triggers = {t["type"]: t for t in spec["triggers"]}
+    assert set(triggers) == {"redis", "cpu"}
+    (cpu,) = [m["resource"] for m in hpa["spec"]["metrics"]]
+    assert triggers["cpu"]["metricType"] == "Utilization"
+    assert triggers["cpu"]["metadata"] == {"value": str(cpu["target"]["averageUtilization"])}
+
+    # The queue karpweb sends its tasks to, in the Redis the Secret names.
+    redis = triggers["redis"]
+    assert redis["metadata"]["listName"] == celery_app.conf.task_default_queue == "celery"
+    assert not celery_app.conf.task_routes and not celery_app.conf.task_queues  # so that one list holds them all
+    assert int(redis["metadata"]["listLength"]) > 0
+    assert redis["authenticationRef"] == {"name": auth["metadata"]["name"]}
+    assert auth["metadata"]["namespace"] == scaled["metadata"]["namespace"] == NAMESPACE
+    parameters = {ref["parameter"]: ref for ref in auth["spec"]["secretTargetRef"]}
+    assert set(parameters) == {"address", "password", "tls"}
+    assert {ref["name"] for ref in parameters.values()} == {"karpweb-env"}
+
+    # The template of that Secret has the keys, naming the Redis of REDIS_URL.
+    template = yaml.safe_load((DEPLOY / "secret.example.yaml").read_text())["stringData"]
+    given = {parameter: template[ref["key"]] for parameter, ref in parameters.items()}
+    url = urlsplit(template["REDIS_URL"])
+    assert given["address"] == f"{url.hostname}:{url.port or 6379}"
+    assert given["password"] == (url.password or "")
+    assert given["tls"] == ("enable" if url.scheme == "rediss" else "disable")
+    assert redis["metadata"]["databaseIndex"] == (url.path.strip("/") or "0")
+
+
+def test_the_keda_schema_refuses_what_the_api_server_would_drop(renderings):
+    keda = identities(renderings["production-keda"])
+    scaled = keda[("ScaledObject", "karpweb-worker")]
+    validate_keda(scaled)
+
+    def refused(doc: dict) -> None:
+        with pytest.raises(pytest.fail.Exception):
+            validate_keda(doc)
+
+    misspelt = copy.deepcopy(scaled)
+    misspelt["spec"]["minReplicas"] = misspelt["spec"].pop("minReplicaCount")  # the HPA's name for it
+    refused(misspelt)
+    number = copy.deepcopy(scaled)
+    number["spec"]["triggers"][0]["metadata"]["listLength"] = 8  # trigger metadata is strings only
+    refused(number)
+    behavior = copy.deepcopy(scaled)
+    behavior["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["window"] = 300
+    with pytest.raises(kubernetes_validate.ValidationError):  # Kubernetes' own schema checks the behavior
+        validate_keda(behavior)
+    auth = copy.deepcopy(keda[("TriggerAuthentication", "karpweb-redis")])
+    del auth["spec"]["secretTargetRef"][0]["key"]
+    refused(auth)
+
+
+def test_the_prometheus_adapter_profile_adds_the_queue_to_the_production_hpa(renderings):
+    production = identities(renderings["production"])
+    adapter = identities(renderings["production-prometheus-adapter"])
+    before = production.pop(("HorizontalPodAutoscaler", "karpweb-worker"))
+    hpa = adapter.pop(("HorizontalPodAutoscaler", "karpweb-worker"))
+    assert adapter == production
+    assert {k: v for k, v in hpa["spec"].items() if k != "metrics"} == {
+        k: v for k, v in before["spec"].items() if k != "metrics"
+    }
+    cpu, queue = hpa["spec"]["metrics"]
+    assert cpu == before["spec"]["metrics"][0]
+    # The metric /metrics exports, for the queue the tasks go to, aiming where the KEDA component aims.
+    assert queue["type"] == "External"
+    assert queue["external"]["metric"] == {
+        "name": QUEUE_LENGTH,
+        "selector": {"matchLabels": {"queue": celery_app.conf.task_default_queue}},
+    }
+    scaled = only(renderings["production-keda"], "ScaledObject")
+    (redis,) = [t for t in scaled["spec"]["triggers"] if t["type"] == "redis"]
+    assert queue["external"]["target"] == {"type": "AverageValue", "averageValue": redis["metadata"]["listLength"]}
 
 
 # --------------------------------------------------------------------------------------------------

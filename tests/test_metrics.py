@@ -291,6 +291,57 @@ def test_one_web_replica_reports_the_cluster_state(client, redis, policies, monk
     assert ("karpenter_cluster_state_node_count", ()) not in webhook
 
 
+# ------------------------------------------------------------------ the broker's queues
+
+
+def queue_length(samples, queue: str = "celery") -> float:
+    return value(samples, "karpweb_celery_queue_length", queue=queue)
+
+
+def test_the_celery_queue_length_is_what_waits_in_the_broker(client, redis, monkeypatch):
+    from karpweb.celery import app
+
+    before = queue_length(scrape(client))  # whatever an earlier test left queued
+    marker = f"test-{uuid.uuid4()}"
+    redis.lpush("celery", *[marker] * 3)
+    redis.lpush("celery\x06\x163", marker)  # kombu's list for priorities 3-5
+    try:
+        assert queue_length(scrape(client)) == before + 4
+        redis.rpop("celery")  # a worker takes one
+        assert queue_length(scrape(client)) == before + 3
+        # A queue a route sends to has its series, 0 while nothing waits in it.
+        monkeypatch.setitem(app.conf, "task_routes", {"provisioning.tasks.launch": {"queue": "launches"}})
+        samples = scrape(client)
+        assert queue_length(samples, "launches") == 0
+        assert sorted(s["queue"] for s in series(samples, "karpweb_celery_queue_length")) == ["celery", "launches"]
+    finally:
+        redis.lrem("celery", 0, marker)
+        redis.lrem("celery\x06\x163", 0, marker)
+
+
+def test_a_broker_that_cannot_be_read_leaves_the_queue_out_and_metrics_answer(
+    client, redis, policies, settings, monkeypatch
+):
+    from provisioning.services import connections
+
+    monkeypatch.setattr(views, "replica", lambda: "web-1:1")
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there: refused at once
+    connections.reset()
+    samples = scrape(client)
+    # Left out, not 0: an autoscaler would read 0 as "no work" and take workers away.
+    assert series(samples, "karpweb_celery_queue_length") == []
+    # No lease to be had either: this replica reports the cluster's state rather than none doing so.
+    assert value(samples, "karpweb_metrics_cluster_state_exporter") == 1
+    assert ("karpenter_cluster_state_node_count", ()) in samples
+
+
+def test_only_the_replica_reporting_the_cluster_state_reports_the_queue(client, redis, monkeypatch):
+    monkeypatch.setattr(views, "replica", lambda: "web-1:1")
+    assert series(scrape(client), "karpweb_celery_queue_length") == [{"queue": "celery"}]
+    monkeypatch.setattr(views, "replica", lambda: "web-2:1")
+    assert series(scrape(client), "karpweb_celery_queue_length") == []
+
+
 # ------------------------------------------------------------------ counted where it happens
 
 

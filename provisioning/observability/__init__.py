@@ -17,7 +17,8 @@ kinds of metric are kept apart:
 * **The state of the cluster** (pods by phase, nodes and what is requested of them,
   NodeClaims by state, NodePool usage and limits, offering prices, spend) is read from the
   database when Prometheus scrapes (``cluster.py``), which is right whatever the number of
-  replicas, since the database is the truth. One web replica adds it to its ``/metrics``: the
+  replicas, since the database is the truth; so is the length of the Celery queues, read from
+  the broker's Redis (``broker.py``). One web replica adds them to its ``/metrics``: the
   one holding a lease in Redis (``views.py``), as only Karpenter's leader reports it. Otherwise
   every replica would report every pod and ``sum(karpenter_pods_state)`` would count each
   pod once per replica. Counters that happen in workers but belong with this state are

@@ -6,7 +6,8 @@ Prometheus expects, unless ``KARPWEB_METRICS_TOKEN`` is set; then it wants
 ``Authorization: Bearer <token>`` (Prometheus' ``authorization`` or ``bearer_token_file``).
 Nothing here needs a session, a CSRF token or a content security policy.
 
-The cluster's state (``cluster.py``) comes from the web replica holding a lease in Redis:
+The cluster's state (``cluster.py``) and the length of the Celery queues (``broker.py``) come
+from the web replica holding a lease in Redis:
 the first to be scraped takes it, each scrape by its holder renews it, and when the holder
 is gone another takes it ``KARPWEB_METRICS_LEASE_SECONDS`` later (set it above the scrape
 interval). A replica is its gunicorn server: the host name and the master's pid, so all
@@ -30,6 +31,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from provisioning.observability.broker import BrokerQueues
 from provisioning.observability.cluster import ClusterState
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ def _registry() -> CollectorRegistry:
         registry.register(_Exporter(exporting))
         if exporting:
             registry.register(ClusterState())
+            registry.register(BrokerQueues())
     return registry
 
 
