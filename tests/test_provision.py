@@ -163,6 +163,19 @@ def test_a_run_records_a_decision_its_claims_and_nominates_the_pods(redis, polic
     assert provision.provision_once() is None
 
 
+def test_a_runs_claims_are_inserted_in_one_statement_of_rows_not_arrays(redis, policies):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    submit(deployment("web", 30, cpu="2", memory="4Gi"))
+    with CaptureQueriesContext(connection) as queries:
+        decision = provision.provision_once()
+    inserts = [q["sql"] for q in queries if q["sql"].startswith('INSERT INTO "provisioning_nodeclaim"')]
+    assert decision.claims.count() > 1 and len(inserts) == 1
+    # On PostgreSQL Django would insert through UNNEST arrays, much slower for JSON columns.
+    assert "UNNEST" not in inserts[0] and "VALUES" in inserts[0]
+
+
 def test_unschedulable_pods_get_the_reason_on_the_decision_and_the_pod(redis, seed_ec2nodeclass, seed_nodepool):
     apply_manifest(seed_ec2nodeclass, source="cli")
     apply_manifest(seed_nodepool, source="cli")  # instance-family In [m, c, r]: no such family
