@@ -2,7 +2,7 @@
 #   web (default), webhook, worker, beat, watch, migrate, await-migrations, alive, manage ...
 # See karpweb/entrypoint.py, and deploy/ for how Kubernetes runs each role.
 #
-#   docker build -t karpweb:dev .
+#   docker build -t karpweb:dev .           (BuildKit, as Docker 23 and later build; or `make image`)
 #   docker run --rm -p 8000:8000 -e SECRET_KEY=... -e DATABASE_URL=... -e REDIS_URL=... karpweb:dev web
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -15,7 +15,12 @@ RUN python -m venv /opt/venv
 # Requirements before the code: this layer is rebuilt only when they change.
 COPY requirements.txt /tmp/requirements.txt
 # Every requirement ships manylinux wheels (psycopg's carries libpq), so no compiler is needed.
-RUN /opt/venv/bin/pip install -r /tmp/requirements.txt
+# Behind a TLS-intercepting proxy or a private index's own CA, pip is given that CA bundle as a
+# BuildKit secret, mounted for this step only and kept in no layer:
+#   docker build --secret id=pip-ca,src=/etc/ssl/certs/ca-certificates.crt ...
+RUN --mount=type=secret,id=pip-ca \
+    if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
+    && /opt/venv/bin/pip install -r /tmp/requirements.txt
 
 # -- final: the virtualenv and the code, nothing else.
 FROM ${PYTHON_IMAGE}

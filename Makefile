@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds manifests bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-ui fuzz-api clean
+.PHONY: setup run test test-fast lint crds manifests image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-ui fuzz-api clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,34 @@ crds: setup
 OVERLAY ?= production
 manifests: setup
 	$(VENV)/bin/kubectl kustomize deploy/overlays/$(OVERLAY)
+
+# The image (Dockerfile), built with BuildKit: `make image`, then `make image-check` runs each role
+# of it the way deploy/ does. Where Docker Hub cannot be reached, `make base-image` first makes a
+# stand-in for the base from Debian's packages (scripts/base_image.sh, as root), and
+# `make image PYTHON_IMAGE=$(STANDIN_IMAGE)` builds on it.
+IMAGE ?= karpweb:dev
+PYTHON_IMAGE ?= python:3.11-slim-bookworm
+STANDIN_IMAGE ?= karpweb/python:3.11-bookworm
+DOCKER ?= docker
+# Docker 23 and later build with BuildKit through the buildx plugin; older CLIs (Debian's
+# docker.io, 20.10) have it built in.
+DOCKER_BUILD ?= $(shell $(DOCKER) buildx version >/dev/null 2>&1 && echo "$(DOCKER) buildx build --load" || echo "DOCKER_BUILDKIT=1 $(DOCKER) build")
+# The build reaches the package index through the host's network (and whatever proxy it uses).
+BUILD_NETWORK ?= host
+# The CA bundle pip needs in the build (a TLS-intercepting proxy, a private index's CA), passed as
+# a build secret: by default the one pip on this machine is told to use, if any.
+PIP_CA ?= $(PIP_CERT)
+comma := ,
+
+image:
+	$(DOCKER_BUILD) --network $(BUILD_NETWORK) --build-arg PYTHON_IMAGE=$(PYTHON_IMAGE) \
+		$(if $(PIP_CA),--secret id=pip-ca$(comma)src=$(PIP_CA)) -t $(IMAGE) .
+
+image-check:
+	$(PYTHON) scripts/image_check.py --image $(IMAGE) --docker $(DOCKER)
+
+base-image:
+	DOCKER=$(DOCKER) scripts/base_image.sh $(STANDIN_IMAGE)
 
 bench-webhook: setup
 	$(PY) bench/webhook_latency.py
