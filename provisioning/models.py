@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from provisioning import crd
-from provisioning.fields import JSONField
+from provisioning.fields import LargeJSONField
 
 
 class CustomResource(models.Model):
@@ -26,10 +26,10 @@ class CustomResource(models.Model):
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     generation = models.PositiveBigIntegerField(default=1)
     resource_version = models.PositiveBigIntegerField(default=1)
-    labels = JSONField(default=dict, blank=True)
-    annotations = JSONField(default=dict, blank=True)
-    spec = JSONField(default=dict)
-    status = JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
+    spec = models.JSONField(default=dict)
+    status = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -162,8 +162,8 @@ class AuditEntry(models.Model):
     source = models.CharField(max_length=16, choices=Source.choices)
     actor = models.CharField(max_length=254, blank=True)
     at = models.DateTimeField(auto_now_add=True, db_index=True)
-    before = JSONField(null=True, blank=True)
-    after = JSONField(null=True, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
     diff = models.TextField(blank=True)
 
     class Meta:
@@ -214,9 +214,9 @@ class NodeClaim(MovesByState, models.Model):
     nodeclass_name = models.CharField(max_length=253, db_index=True)
     # The NodeClaim spec as Karpenter writes it: requirements, resources.requests, taints,
     # startupTaints, expireAfter, nodeClassRef.
-    spec = JSONField(default=dict)
+    spec = LargeJSONField(default=dict)
     # Offerings to try, cheapest first: [{"instanceType", "zone", "capacityType", "price"}].
-    launch_options = JSONField(default=list, blank=True)
+    launch_options = LargeJSONField(default=list, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING, db_index=True)
     reason = models.CharField(max_length=64, blank=True)  # e.g. InsufficientCapacity, Unauthorized
     message = models.TextField(blank=True)
@@ -241,9 +241,9 @@ class NodeClaim(MovesByState, models.Model):
     disruption = models.ForeignKey(
         "Disruption", null=True, blank=True, on_delete=models.SET_NULL, related_name="replacements"
     )
-    pods = JSONField(default=list, blank=True)  # "ns/name" the plan put on it
+    pods = LargeJSONField(default=list, blank=True)  # "ns/name" the plan put on it
     why = models.TextField(blank=True)  # why its instance type won
-    alternatives = JSONField(default=list, blank=True)  # the next options with prices
+    alternatives = LargeJSONField(default=list, blank=True)  # the next options with prices
 
     class Meta:
         ordering = ["-created_at", "name"]
@@ -286,7 +286,7 @@ class ClusterPod(models.Model):
     namespace = models.CharField(max_length=253)
     name = models.CharField(max_length=253)
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    manifest = JSONField(default=dict)
+    manifest = models.JSONField(default=dict)
     phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PENDING, db_index=True)
     node_name = models.CharField(max_length=253, blank=True, db_index=True)
     # The NodeClaim planned for it while that claim is in flight (upstream's nomination).
@@ -328,7 +328,7 @@ class ClusterNode(models.Model):
     """A node of the cluster (simulated kubelet's, or mirrored); ``manifest`` as the API has it."""
 
     name = models.CharField(max_length=253, unique=True)
-    manifest = JSONField(default=dict)
+    manifest = models.JSONField(default=dict)
     nodeclaim = models.CharField(max_length=253, blank=True, db_index=True)
     nodepool = models.CharField(max_length=253, blank=True, db_index=True)
     instance_id = models.CharField(max_length=32, blank=True)
@@ -350,14 +350,14 @@ class Decision(models.Model):
     place with their reasons, and how long each step took."""
 
     started_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    pods = JSONField(default=list)  # "ns/name" of every pending pod considered
-    unschedulable = JSONField(default=list)  # [{"pod", "reason"}]
-    timings = JSONField(default=dict)  # {"window": s, "snapshot": s, "solve": s, "record": s}
+    pods = models.JSONField(default=list)  # "ns/name" of every pending pod considered
+    unschedulable = models.JSONField(default=list)  # [{"pod", "reason"}]
+    timings = models.JSONField(default=dict)  # {"window": s, "snapshot": s, "solve": s, "record": s}
     catalog_version = models.CharField(max_length=128, blank=True)
     total_price_per_hour = models.DecimalField(max_digits=12, decimal_places=6, default=0)
-    notes = JSONField(default=list, blank=True)
+    notes = models.JSONField(default=list, blank=True)
     # Offerings the run could not use (insufficient capacity marks): {"spot:m5.large:us-east-1a": reason}
-    unavailable = JSONField(default=dict, blank=True)
+    unavailable = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -378,9 +378,9 @@ class Disruption(MovesByState, models.Model):
         CANCELLED = "cancelled"  # no longer valid when re-checked
 
     reason = models.CharField(max_length=32)  # Empty, Drifted, Underutilized, Expired
-    nodes = JSONField(default=list)  # node names
-    nodeclaims = JSONField(default=list)
-    replacement_plan = JSONField(default=list)  # [{"instanceType", "capacityType", "price", "pods"}]
+    nodes = models.JSONField(default=list)  # node names
+    nodeclaims = models.JSONField(default=list)
+    replacement_plan = models.JSONField(default=list)  # [{"instanceType", "capacityType", "price", "pods"}]
     savings_per_hour = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     explanation = models.TextField(blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PLANNED, db_index=True)
