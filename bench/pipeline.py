@@ -126,7 +126,9 @@ def main() -> int:
         call_command("flush", interactive=False, verbosity=0)  # DATABASE_URL's rows of an earlier run
         from provisioning.cluster import simulated
         from provisioning.models import ClusterPod, NodeClaim
-        from provisioning.services import connections
+
+        # provision is imported now, as a running watcher has it, not by the burst's pods_pending.
+        from provisioning.services import connections, provision  # noqa: F401
         from provisioning.services.policy import apply_manifest
         from provisioning.tasks import pods_pending
 
@@ -144,6 +146,7 @@ def main() -> int:
         pods, _ = simulated.workload_pods(deployments(args.pods))
         started = time.time()
         simulated.apply_pods(pods)
+        inserted = time.time()
         pods_pending()
         submitted = time.time()
         deadline = started + args.timeout
@@ -165,7 +168,10 @@ def main() -> int:
                 latencies.append((launch_started[claim] - pod.created_at).total_seconds())
         claims = NodeClaim.objects.exclude(instance_id="").count()
         shapes = len(deployments(args.pods))
-        print(f"pods: {args.pods:,} in {shapes} Deployments, submitted in {submitted - started:.2f} s")
+        print(
+            f"pods: {args.pods:,} in {shapes} Deployments, submitted in {submitted - started:.2f} s "
+            f"(inserted in {inserted - started:.2f} s)"
+        )
         print(
             f"NodeClaims launched: {claims}; worker concurrency {args.workers}; kubelet delay {args.kubelet_delay:g} s"
         )

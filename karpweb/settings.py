@@ -232,8 +232,9 @@ else:
 
 KARPWEB_BATCH_IDLE_SECONDS = env_float("KARPWEB_BATCH_IDLE_SECONDS", 1.0)
 KARPWEB_BATCH_MAX_SECONDS = env_float("KARPWEB_BATCH_MAX_SECONDS", 10.0)
-# How long before the window closes the run is read and solved, to be recorded at the close
-# if nothing changed meanwhile (0: only once it closed).
+# How long, at least, before the window closes the run is read and solved, to be recorded at
+# the close if nothing changed meanwhile; it grows with the time the last run took to prepare,
+# up to three quarters of the idle window (0: read and solve only once it closed).
 KARPWEB_BATCH_LOOKAHEAD_SECONDS = env_float("KARPWEB_BATCH_LOOKAHEAD_SECONDS", 0.5)
 # The cluster: "simulated" (pods and nodes in the database, the embedded default) or
 # "kubernetes" (in-cluster, or the kubeconfig in KUBECONFIG).

@@ -48,9 +48,14 @@ def env(simulated_aws, redis_url, settings, monkeypatch, seed_ec2nodeclass, seed
 
 
 def claim(
-    name: str, options: list[tuple[str, str, str, float]], nodeclass: str = "default", team: str = "ml", pods: int = 0
+    name: str,
+    options: list[tuple[str, str, str, float]],
+    nodeclass: str = "default",
+    team: str = "ml",
+    pods: int = 0,
+    save: bool = True,
 ) -> NodeClaim:
-    return NodeClaim.objects.create(
+    made = NodeClaim(
         name=name,
         nodepool_name="general",
         nodeclass_name=nodeclass,
@@ -58,6 +63,16 @@ def claim(
         launch_options=[{"instanceType": t, "zone": z, "capacityType": c, "price": p} for t, z, c, p in options],
         pods=[f"default/{name}-{i}" for i in range(pods)],
     )
+    if save:
+        made.save()
+    return made
+
+
+def planned(*claims: NodeClaim) -> list[list[NodeClaim]]:
+    """``launchbatch.plan_launches`` of new claims, then saved, as ``create_claims`` does."""
+    launches = launchbatch.plan_launches(claims)
+    NodeClaim.objects.bulk_create(claims)
+    return launches
 
 
 def ec2(sim):
@@ -198,7 +213,7 @@ def calls(env):
 def batch_of(count: int, options: list[tuple[str, str, str, float]]) -> list[NodeClaim]:
     """``count`` claims of identical launch input, made a batch as a provisioning run makes it."""
     run = uuid.uuid4().hex[:4]
-    (batch,) = launchbatch.plan_launches([claim(f"general-{run}{i}", options) for i in range(count)])
+    (batch,) = planned(*(claim(f"general-{run}{i}", options, save=False) for i in range(count)))
     return batch
 
 
@@ -217,10 +232,10 @@ def assert_each_claim_has_its_own_tagged_instance(sim, claims) -> None:
 
 
 def test_claims_of_identical_launch_input_form_one_batch_the_others_launch_alone(env, settings, queued):
-    same = [claim(f"general-same{i}", SPOT_THEN_ON_DEMAND, pods=2) for i in range(5)]
-    fewer_options = claim("general-fewer", SPOT_THEN_ON_DEMAND[:1], pods=1)
-    other_taint = claim("general-taint", SPOT_THEN_ON_DEMAND, team="web", pods=30)
-    launches = launchbatch.plan_launches([same[0], fewer_options, *same[1:], other_taint])
+    same = [claim(f"general-same{i}", SPOT_THEN_ON_DEMAND, pods=2, save=False) for i in range(5)]
+    fewer_options = claim("general-fewer", SPOT_THEN_ON_DEMAND[:1], pods=1, save=False)
+    other_taint = claim("general-taint", SPOT_THEN_ON_DEMAND, team="web", pods=30, save=False)
+    launches = planned(same[0], fewer_options, *same[1:], other_taint)
 
     # The launches that unblock the most pods first: one claim of 30 pods, the batch's 10 pods.
     assert [[c.name for c in launch] for launch in launches] == [

@@ -102,6 +102,7 @@ def test_a_run_prepared_before_the_window_closes_is_recorded_at_the_close(redis,
     solver, calls = counting()
     again, decision = provision.provision_at_close(solver, redis=redis)
     assert again == 0.0 and decision is not None and len(calls) == 1
+    assert float(redis.get(provision.PREPARE_SECONDS)) > 0
     assert decision.started_at.timestamp() >= closes  # prepared early, recorded only once closed
     assert {"snapshot", "solve", "verify", "record"} == set(decision.timings)
     assert len(decision.pods) == 5 and not provision.window_open(redis)
@@ -140,6 +141,19 @@ def test_the_windows_last_check_waits_for_a_run_in_progress_and_for_the_lookahea
     finally:
         lock.release()
     assert provision.window_open(redis) and not calls
+
+
+def test_the_lookahead_grows_with_the_time_preparing_took_up_to_three_quarters_of_the_window(redis, settings):
+    settings.KARPWEB_BATCH_IDLE_SECONDS, settings.KARPWEB_BATCH_LOOKAHEAD_SECONDS = 1.0, 0.5
+    assert provision.lookahead_seconds(redis) == 0.5  # nothing prepared yet
+    redis.set(provision.PREPARE_SECONDS, "0.2")
+    assert provision.lookahead_seconds(redis) == 0.5
+    redis.set(provision.PREPARE_SECONDS, "0.56")
+    assert provision.lookahead_seconds(redis) == pytest.approx(0.7)
+    redis.set(provision.PREPARE_SECONDS, "4")
+    assert provision.lookahead_seconds(redis) == 0.75
+    settings.KARPWEB_BATCH_LOOKAHEAD_SECONDS = 0
+    assert provision.lookahead_seconds(redis) == 0.0
 
 
 # ------------------------------------------------------------------ a provisioning run
@@ -312,6 +326,21 @@ def test_a_window_lost_with_redis_is_opened_again_by_the_sweep(redis, policies, 
     redis.flushdb()  # Redis restarted: the window and its flag are gone
     assert tasks.sweep_pending() is True
     assert provision.window_open(redis) and len(scheduled) == 2
+
+
+def test_a_warm_process_builds_no_instance_types_during_a_run(redis, policies, monkeypatch):
+    from provisioning.cloud.catalog import Catalog
+    from provisioning.services import catalog
+
+    catalog.load_catalog(fresh=True)._cache.clear()  # as a process that never planned
+    built = []
+    build = Catalog._build
+    monkeypatch.setattr(Catalog, "_build", lambda self, *args: built.append(args) or build(self, *args))
+    provision.warm_up()
+    assert built, "warming builds the NodePool's instance types"
+    built.clear()
+    submit(deployment("web", 3))
+    assert provision.provision_once() is not None and built == []
 
 
 def test_nodeclaim_manifest_is_karpenters_shape(redis, policies):

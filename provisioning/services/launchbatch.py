@@ -73,10 +73,10 @@ def batch_token(uids: Iterable[str]) -> str:
 
 
 def plan_launches(claims: Sequence[NodeClaim]) -> list[list[NodeClaim]]:
-    """The claims grouped as they will launch, those with the most pods first: claims of
-    identical launch input together (up to 1,000; they get their batch's token), the others
-    alone. RunInstances launches one instance type in one subnet, so with it every claim
-    launches alone."""
+    """The claims, not saved yet, grouped as they will launch, those with the most pods
+    first: claims of identical launch input together (up to 1,000; each gets its batch's
+    token in ``launch_batch``), the others alone. RunInstances launches one instance type
+    in one subnet, so with it every claim launches alone."""
     if settings.KARPWEB_LAUNCH_API != "fleet":
         return [[claim] for claim in claims]
     groups: dict[str, list[NodeClaim]] = {}
@@ -86,7 +86,6 @@ def plan_launches(claims: Sequence[NodeClaim]) -> list[list[NodeClaim]]:
     for batch in launches:
         if len(batch) > 1:
             token = batch_token(str(claim.uid) for claim in batch)
-            NodeClaim.objects.filter(pk__in=[claim.pk for claim in batch]).update(launch_batch=token)
             for claim in batch:
                 claim.launch_batch = token
     # Workers take launches in this order, fewer at a time than there are: the launches that

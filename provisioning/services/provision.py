@@ -140,11 +140,15 @@ def provision_at_close(
         prepared: Solved | None = None
         tried = False
         while (wait := window_wait(redis=redis)) > 0:
-            if wait > lookahead_seconds():
-                return wait - lookahead_seconds(), None
+            ahead = lookahead_seconds(redis)
+            if wait > ahead:
+                return wait - ahead, None
             if not tried:
                 tried = True
+                began = time.perf_counter()
                 prepared = solve_inputs(solve)
+                if prepared is not None:
+                    redis.set(PREPARE_SECONDS, repr(time.perf_counter() - began), ex=3600)
             else:
                 time.sleep(wait)
         return 0.0, provision_once(solve, cluster, prepared)
@@ -155,9 +159,25 @@ def provision_at_close(
 LOCK_RETRY_SECONDS = 0.25
 
 
-def lookahead_seconds() -> float:
-    """How long before the window closes a run is prepared (at most the idle window)."""
-    return max(0.0, min(float(settings.KARPWEB_BATCH_LOOKAHEAD_SECONDS), idle_seconds()))
+PREPARE_SECONDS = "karpweb:provision:prepare_seconds"
+# Preparing starts after at least a quarter of the idle window without new pods: a run
+# prepared while a burst still arrives is thrown away.
+LOOKAHEAD_MAX_SHARE = 0.75
+
+
+def lookahead_seconds(redis: Any = None) -> float:
+    """How long before the window closes the run is prepared: as long as the last
+    preparation took and a quarter more, so it is ready at the close; at least
+    ``KARPWEB_BATCH_LOOKAHEAD_SECONDS`` (0 turns preparing off), at most three quarters of
+    the idle window."""
+    least = float(settings.KARPWEB_BATCH_LOOKAHEAD_SECONDS)
+    if least <= 0:
+        return 0.0
+    try:
+        last = float((redis or get_redis()).get(PREPARE_SECONDS) or 0)
+    except Exception:  # Redis away: the window itself cannot be kept either
+        last = 0.0
+    return min(max(least, 1.25 * last), LOOKAHEAD_MAX_SHARE * idle_seconds())
 
 
 def _release(lock) -> None:
@@ -272,6 +292,20 @@ def provision_once(
     PROVISIONING_PODS.observe(len(inputs.pending))
     _log_decision(decision, solved.plan)
     return decision
+
+
+def warm_up() -> None:
+    """Build what a process's first run would otherwise build while pods wait: the solver's
+    modules, the catalog, and each NodePool's instance types and the validator's label
+    values (cached on the catalog, so this is cheap once done and again after a refresh)."""
+    from provisioning.scheduling import integral, solver  # noqa: F401  (imports the MIP solver too)
+    from provisioning.services.catalog import load_catalog
+    from provisioning.services.simulate import build_snapshot
+
+    catalog = load_catalog()
+    documents = [o.to_manifest() for o in EC2NodeClass.objects.order_by("pk")]
+    documents += [o.to_manifest() for o in NodePool.objects.order_by("pk")]
+    build_snapshot(documents, catalog=catalog)
 
 
 def _log_decision(decision: Decision, plan: Plan) -> None:
@@ -411,10 +445,9 @@ def create_claims(planned: Sequence[ClaimPlan], *, decision=None, disruption=Non
             hashes[nodepool, nodeclass] = drift_hashes_of(nodepools.get(nodepool), nodeclasses.get(nodeclass))
         return hashes[nodepool, nodeclass]
 
-    claims = NodeClaim.objects.bulk_create(
-        [_claim(c, nodepools.get(c.nodepool), decision, disruption, hashes_of) for c in planned]
-    )
-    launches = launchbatch.plan_launches(claims)
+    claims = [_claim(c, nodepools.get(c.nodepool), decision, disruption, hashes_of) for c in planned]
+    launches = launchbatch.plan_launches(claims)  # before the insert, which stores their batches
+    NodeClaim.objects.bulk_create(claims)
     transaction.on_commit(lambda: launchbatch.dispatch(launches))
     return claims
 
