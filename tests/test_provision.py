@@ -102,7 +102,6 @@ def test_a_run_prepared_before_the_window_closes_is_recorded_at_the_close(redis,
     solver, calls = counting()
     again, decision = provision.provision_at_close(solver, redis=redis)
     assert again == 0.0 and decision is not None and len(calls) == 1
-    assert float(redis.get(provision.PREPARE_SECONDS)) > 0
     assert decision.started_at.timestamp() >= closes  # prepared early, recorded only once closed
     assert {"snapshot", "solve", "verify", "record"} == set(decision.timings)
     assert len(decision.pods) == 5 and not provision.window_open(redis)
@@ -143,17 +142,13 @@ def test_the_windows_last_check_waits_for_a_run_in_progress_and_for_the_lookahea
     assert provision.window_open(redis) and not calls
 
 
-def test_the_lookahead_grows_with_the_time_preparing_took_up_to_three_quarters_of_the_window(redis, settings):
-    settings.KARPWEB_BATCH_IDLE_SECONDS, settings.KARPWEB_BATCH_LOOKAHEAD_SECONDS = 1.0, 0.5
-    assert provision.lookahead_seconds(redis) == 0.5  # nothing prepared yet
-    redis.set(provision.PREPARE_SECONDS, "0.2")
-    assert provision.lookahead_seconds(redis) == 0.5
-    redis.set(provision.PREPARE_SECONDS, "0.56")
-    assert provision.lookahead_seconds(redis) == pytest.approx(0.7)
-    redis.set(provision.PREPARE_SECONDS, "4")
-    assert provision.lookahead_seconds(redis) == 0.75
+def test_the_lookahead_is_the_setting_up_to_three_quarters_of_the_idle_window(settings):
+    settings.KARPWEB_BATCH_IDLE_SECONDS, settings.KARPWEB_BATCH_LOOKAHEAD_SECONDS = 1.0, 0.7
+    assert provision.lookahead_seconds() == 0.7
+    settings.KARPWEB_BATCH_IDLE_SECONDS = 0.5
+    assert provision.lookahead_seconds() == 0.375
     settings.KARPWEB_BATCH_LOOKAHEAD_SECONDS = 0
-    assert provision.lookahead_seconds(redis) == 0.0
+    assert provision.lookahead_seconds() == 0.0
 
 
 # ------------------------------------------------------------------ a provisioning run

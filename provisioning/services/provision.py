@@ -5,7 +5,7 @@ a Decision and NodeClaims.
    ``KARPWEB_BATCH_IDLE_SECONDS`` without new pods or ``KARPWEB_BATCH_MAX_SECONDS`` in all.
 2. ``window_wait`` says how long until it closes; then one run at a time (a Redis lock)
    covers ALL pending pods (not only those that opened the window). ``provision_at_close``
-   reads and solves in the window's last half second and, once it closes, records that
+   reads and solves in the window's last 0.7 s and, once it closes, records that
    plan if the cluster is unchanged, so a burst waits for the window and little more.
 3. The run builds the solver's snapshot from the policies, the pods and nodes of the cluster
    and the NodeClaims in flight (as nodes holding the pods nominated to them), solves it,
@@ -140,15 +140,12 @@ def provision_at_close(
         prepared: Solved | None = None
         tried = False
         while (wait := window_wait(redis=redis)) > 0:
-            ahead = lookahead_seconds(redis)
+            ahead = lookahead_seconds()
             if wait > ahead:
                 return wait - ahead, None
             if not tried:
                 tried = True
-                began = time.perf_counter()
                 prepared = solve_inputs(solve)
-                if prepared is not None:
-                    redis.set(PREPARE_SECONDS, repr(time.perf_counter() - began), ex=3600)
             else:
                 time.sleep(wait)
         return 0.0, provision_once(solve, cluster, prepared)
@@ -159,25 +156,15 @@ def provision_at_close(
 LOCK_RETRY_SECONDS = 0.25
 
 
-PREPARE_SECONDS = "karpweb:provision:prepare_seconds"
 # Preparing starts after at least a quarter of the idle window without new pods: a run
 # prepared while a burst still arrives is thrown away.
 LOOKAHEAD_MAX_SHARE = 0.75
 
 
-def lookahead_seconds(redis: Any = None) -> float:
-    """How long before the window closes the run is prepared: as long as the last
-    preparation took and a quarter more, so it is ready at the close; at least
-    ``KARPWEB_BATCH_LOOKAHEAD_SECONDS`` (0 turns preparing off), at most three quarters of
-    the idle window."""
-    least = float(settings.KARPWEB_BATCH_LOOKAHEAD_SECONDS)
-    if least <= 0:
-        return 0.0
-    try:
-        last = float((redis or get_redis()).get(PREPARE_SECONDS) or 0)
-    except Exception:  # Redis away: the window itself cannot be kept either
-        last = 0.0
-    return min(max(least, 1.25 * last), LOOKAHEAD_MAX_SHARE * idle_seconds())
+def lookahead_seconds() -> float:
+    """How long before the window closes the run is prepared: ``KARPWEB_BATCH_LOOKAHEAD_SECONDS``
+    (0 turns preparing off), at most three quarters of the idle window."""
+    return max(0.0, min(float(settings.KARPWEB_BATCH_LOOKAHEAD_SECONDS), LOOKAHEAD_MAX_SHARE * idle_seconds()))
 
 
 def _release(lock) -> None:
