@@ -9,8 +9,8 @@ simulated kubelet and bound by the simulated scheduler.
 Prints:
 
 * pod-to-launch latency: from a pod's submission (its row is written, as ``sim apply`` does)
-  to the moment a worker starts the cloud call (CreateFleet) for the NodeClaim it is
-  nominated to; p50, p99 and max over every pod;
+  to the moment the launch call (CreateFleet) for the NodeClaim it is nominated to reaches
+  the EC2 endpoint (as the simulated AWS notes it on arrival); p50, p99 and max over every pod;
 * submit-to-bound: from the start of the submission to the moment the last pod is bound;
 * where the time goes, from the start of the submission: when the batch window closed and
   how long the provisioning run took (per decision), when the launch tasks started their
@@ -155,17 +155,25 @@ def main() -> int:
         bound_at = time.time()
         pending = ClusterPod.objects.filter(node_name="").count()
 
-        launch_started = dict(
-            NodeClaim.objects.exclude(launch_started_at=None).values_list("name", "launch_started_at")
-        )
+        # When each claim's launch call reached the (simulated) EC2 endpoint: a batch's calls
+        # carry the batch's token, a claim launched alone its own uid.
+        called: dict[str, float] = {}
+        for call in sim.launch_calls():
+            token = call["clientToken"]
+            called[token] = min(called.get(token, call["at"]), call["at"])
+        call_of = {}
+        for name, batch, uid in NodeClaim.objects.values_list("name", "launch_batch", "uid"):
+            times = [called[t] for t in (batch, str(uid)) if t in called]
+            if times:
+                call_of[name] = min(times)
         latencies = []
         for pod in ClusterPod.objects.all():
             claim = pod.nominated or ""
             # Bound pods forget their nomination; the claim of their node tells.
             if not claim and pod.node_name:
                 claim = NodeClaim.objects.filter(node_name=pod.node_name).values_list("name", flat=True).first() or ""
-            if claim in launch_started:
-                latencies.append((launch_started[claim] - pod.created_at).total_seconds())
+            if claim in call_of:
+                latencies.append(call_of[claim] - pod.created_at.timestamp())
         claims = NodeClaim.objects.exclude(instance_id="").count()
         shapes = len(deployments(args.pods))
         print(

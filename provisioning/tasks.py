@@ -279,9 +279,11 @@ KEEP_WARM_SECONDS = 5.0
 
 @worker_process_init.connect
 def _keep_warm(sender: Any = None, **kwargs: Any) -> None:
-    """Each pool process keeps the catalog and the NodePools' instance types built, in the
-    background, as upstream keeps its instance types cached: otherwise the first run after a
-    start or a catalog refresh builds them (0.3 s for a region) while a burst waits."""
+    """Each pool process keeps, in the background, what its first provisioning run or launch
+    would otherwise build while a burst waits: the catalog and the NodePools' instance types
+    (0.3 s for a region), and their EC2NodeClasses resolved, instance type facts and launch
+    templates (a first launch made 5 EC2 calls before its CreateFleet). Upstream keeps the
+    same things cached."""
     threading.Thread(target=_warm_loop, name="karpweb-keep-warm", daemon=True).start()
 
 
@@ -290,12 +292,14 @@ def _warm_loop() -> None:
 
     from django.db import connection
 
+    from provisioning.services import cloud
     from provisioning.services import provision as service
 
     while True:
         try:
             service.warm_up()
-        except Exception as exc:  # a database or Redis away now: the runs will say so
+            cloud.warm_launches()
+        except Exception as exc:  # the database, Redis or the cloud away now: the runs will say so
             log.debug("keeping warm: %s", exc)
         finally:
             connection.close()  # this thread's own; not held between passes

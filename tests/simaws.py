@@ -49,6 +49,12 @@ class SimulatedAWS:
             "KARPWEB_AWS": "simulated",
         }
 
+    def launch_calls(self) -> list[dict]:
+        """The launch calls that reached the endpoint: ``{"action", "clientToken", "at"}``."""
+        response = requests.get(f"{self.endpoint_url}/_karpweb/launch-calls", timeout=10)
+        response.raise_for_status()
+        return response.json()["calls"]
+
     def insufficient_capacity(self) -> list[str]:
         response = requests.get(self.control_url, timeout=10)
         response.raise_for_status()

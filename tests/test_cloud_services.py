@@ -358,3 +358,36 @@ def test_in_kubernetes_each_claim_of_a_batch_is_published_before_the_fleet(env, 
     assert sorted(published) == sorted((c.name, "pending", 0) for c in claims)
     assert {c["state"] for c in result["claims"].values()} == {"launched"} and len(result["claims"]) == 3
     assert calls.calls["CreateFleet"] == 1
+
+
+def test_a_process_kept_warm_calls_createfleet_first(env, queued, monkeypatch, django_capture_on_commit_callbacks):
+    from builders import deployment, on_demand_general
+
+    from provisioning.cluster import simulated
+
+    apply_manifest(on_demand_general(), source="cli")
+    pods, _ = simulated.workload_pods([deployment("web", 12, cpu="1", memory="1Gi")])
+    simulated.apply_pods(pods)
+    monkeypatch.setattr(cloud_service, "_resolved", {})  # a process that never launched
+    with django_capture_on_commit_callbacks(execute=True):
+        provision.provision_once()
+    cloud = cloud_service.get_cloud()
+    sent: list[str] = []
+    record = functools.partial(lambda sent, model, **kwargs: sent.append(model.name), sent)
+    cloud.ec2.meta.events.register("before-call.ec2.*", record)
+    try:
+        cloud_service.warm_launches()
+        assert {"DescribeSubnets", "DescribeLaunchTemplates"} <= set(sent)
+        sent.clear()
+        for token in queued["batches"]:
+            launchbatch.launch_batch(token)
+        for pk in queued["claims"]:
+            cloud_service.launch_nodeclaim(NodeClaim.objects.get(pk=pk))
+    finally:
+        cloud.ec2.meta.events.unregister("before-call.ec2.*", record)
+    assert sent and sent[0] == "CreateFleet", sent  # nothing to resolve, describe or create first
+    assert NodeClaim.objects.exclude(instance_id="").count() == NodeClaim.objects.count() > 0
+    # The simulated EC2 noted each launch call as it arrived, under the fleet's ClientToken.
+    noted = {c["clientToken"]: c for c in env.launch_calls() if c["action"] == "CreateFleet"}
+    for row in NodeClaim.objects.all():
+        assert noted[row.launch_batch or str(row.uid)]["at"] > 0

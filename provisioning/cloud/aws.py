@@ -26,7 +26,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -427,6 +427,16 @@ class AWSCloud:
         with self._lock:
             self._templates[name] = time.monotonic() + TEMPLATE_CACHE_SECONDS
         return name
+
+    def prepare_launch(self, request: LaunchRequest, infos: Iterable[dict[str, Any]] = ()) -> None:
+        """What a launch would otherwise do first, done ahead: learn the launch facts of
+        ``infos`` (DescribeInstanceTypes answers, as the catalog keeps them) and make sure
+        the request's launch template exists for each of its AMIs."""
+        with self._lock:
+            for info in infos:
+                self._type_facts.setdefault(info["InstanceType"], type_facts(info))
+        for image in request.nodeclass.images:
+            self.launch_template_for(request, image)
 
     def _forget_templates(self) -> None:
         with self._lock:

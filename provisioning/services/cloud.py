@@ -212,9 +212,7 @@ def launch_request(claim: NodeClaim, cloud: CloudProvider) -> LaunchRequest:
     if not options:
         raise CloudError("the NodeClaim has no instance type options", reason="NoCompatibleInstanceTypes")
     capacity_types = {o.capacity_type for o in options}
-    pool = NodePool.objects.filter(name=claim.nodepool_name).first()
-    labels = {**((pool.spec.get("template") or {}).get("metadata") or {}).get("labels", {})} if pool else {}
-    labels["karpenter.sh/nodepool"] = claim.nodepool_name
+    labels = _labels(NodePool.objects.filter(name=claim.nodepool_name).first(), claim.nodepool_name)
     return LaunchRequest(
         nodeclaim_name=claim.name,
         nodeclaim_uid=str(claim.uid),
@@ -227,6 +225,74 @@ def launch_request(claim: NodeClaim, cloud: CloudProvider) -> LaunchRequest:
         labels=labels,
         taints=tuple(claim.spec.get("taints") or ()),
     )
+
+
+def _labels(pool: NodePool | None, name: str) -> dict[str, str]:
+    """The labels a launch of NodePool ``name`` gives its node: its template's and its name."""
+    labels = {**((pool.spec.get("template") or {}).get("metadata") or {}).get("labels", {})} if pool else {}
+    labels["karpenter.sh/nodepool"] = name
+    return labels
+
+
+def warm_launches(cloud: CloudProvider | None = None) -> None:
+    """Do now what a process's first launch of each NodePool would otherwise do before its
+    CreateFleet, while pods wait: resolve the EC2NodeClass (reused 30 s), learn the launch
+    facts of the catalog's instance types (from the catalog: no call) and make sure the
+    launch templates exist for each capacity type and AMI the NodePool can launch (known
+    60 s). A provider without ``prepare_launch`` has nothing to prepare."""
+    from provisioning.services.catalog import load_catalog
+
+    cloud = cloud or get_cloud()
+    prepare = getattr(cloud, "prepare_launch", None)
+    if prepare is None:
+        return
+    infos = list(load_catalog().infos.values())
+    nodeclasses = {nc.name: nc for nc in EC2NodeClass.objects.all()}
+    for pool in NodePool.objects.all():
+        template = (pool.spec or {}).get("template") or {}
+        spec = template.get("spec") or {}
+        nodeclass = nodeclasses.get((spec.get("nodeClassRef") or {}).get("name", ""))
+        if nodeclass is None:
+            continue
+        resolved = _resolved_recently(nodeclass, cloud)
+        if not resolved.ready:
+            continue
+        requirements = spec.get("requirements") or []
+        arches = _allowed(requirements, "kubernetes.io/arch", {i.arch for i in resolved.images})
+        resolved = dataclasses.replace(resolved, images=tuple(i for i in resolved.images if i.arch in arches))
+        for capacity_type in sorted(_allowed(requirements, "karpenter.sh/capacity-type", {"on-demand", "spot"})):
+            request = LaunchRequest(
+                nodeclaim_name="",
+                nodeclaim_uid="",
+                nodepool=pool.name,
+                nodeclass_spec=nodeclass.spec,
+                nodeclass=resolved,
+                options=(),
+                capacity_type=capacity_type,
+                labels=_labels(pool, pool.name),
+                taints=tuple(spec.get("taints") or ()),
+            )
+            prepare(request, infos)
+            infos = []  # learnt once
+
+
+def _allowed(requirements: list[dict[str, Any]], key: str, known: set[str]) -> set[str]:
+    """The values of ``known`` a NodePool's requirements on ``key`` allow (upstream's default
+    capacity type, when none is required, is on-demand)."""
+    allowed = set(known)
+    found = False
+    for requirement in requirements:
+        if requirement.get("key") != key:
+            continue
+        found = True
+        values = set(requirement.get("values") or [])
+        if requirement.get("operator") == "In":
+            allowed &= values
+        elif requirement.get("operator") == "NotIn":
+            allowed -= values
+    if not found and key == "karpenter.sh/capacity-type":
+        return {"on-demand"}
+    return allowed
 
 
 # Launches reuse a recent resolution of their EC2NodeClass (selectors rarely change; the

@@ -15,16 +15,21 @@
 * ``ClientToken`` makes RunInstances and CreateFleet idempotent as on EC2 (moto ignores
   it): a repeated token replays the first answer instead of launching again, and a token
   reused with different parameters gets ``IdempotentParameterMismatch``.
+* Each launch call is noted as it arrives, before it waits for the one moto launches at a
+  time: ``GET /_karpweb/launch-calls`` lists ``{"action", "clientToken", "at"}`` (Unix
+  seconds), the moment a call reached EC2, for measuring how long pods wait for one.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import io
 import json
 import os
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -35,6 +40,8 @@ from xml.sax.saxutils import escape
 from provisioning.cloud.simulated.seed import DEFAULT_REGION, account_id
 
 CONTROL_PATH = "/_karpweb/insufficient-capacity"
+LAUNCH_CALLS_PATH = "/_karpweb/launch-calls"
+LAUNCH_CALLS_KEPT = 10_000
 INSUFFICIENT_CAPACITY_ENV = "KARPWEB_SIM_INSUFFICIENT_CAPACITY"
 EC2_XMLNS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 LAUNCH_ACTIONS = ("CreateFleet", "RunInstances")
@@ -163,15 +170,22 @@ class CapacityMiddleware:
         self.region = region
         self._launch_lock = threading.Lock()
         self._client_tokens: dict[tuple[str, str, str], tuple[str, tuple[str, list, bytes]]] = {}
+        self.launch_calls: collections.deque[dict[str, Any]] = collections.deque(maxlen=LAUNCH_CALLS_KEPT)
 
     # -------------------------------------------------------------- WSGI
 
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == CONTROL_PATH:
             return self._respond(start_response, self._control(environ))
+        if environ.get("PATH_INFO") == LAUNCH_CALLS_PATH:
+            return self._respond(start_response, _json("200 OK", {"calls": list(self.launch_calls)}))
+        arrived = time.time()
         params = self._ec2_launch_params(environ)
         if params is None:
             return self.app(environ, start_response)
+        action = next(v for k, v in params if k == "Action")
+        token = next((v for k, v in params if k == "ClientToken"), "")
+        self.launch_calls.append({"action": action, "clientToken": token, "at": arrived})
         with self._launch_lock:
             return self._respond(start_response, self._launch(environ, params))
 
