@@ -166,6 +166,10 @@ def main() -> int:
             times = [called[t] for t in (batch, str(uid)) if t in called]
             if times:
                 call_of[name] = min(times)
+        pods_of_call: dict[float, int] = {}
+        for name, pods in NodeClaim.objects.values_list("name", "pods"):
+            if name in call_of:
+                pods_of_call[call_of[name]] = pods_of_call.get(call_of[name], 0) + len(pods)
         latencies = []
         for pod in ClusterPod.objects.all():
             claim = pod.nominated or ""
@@ -194,6 +198,11 @@ def main() -> int:
         closes = submitted - started + idle
         print(f"batch window: closed at +{closes:.2f} s, {idle:g} s after the last pod")
         print_phases(started)
+        covered, steps = 0, []
+        for at in sorted(pods_of_call)[:8]:
+            covered += pods_of_call[at]
+            steps.append(f"+{at - started:.2f} s ({covered * 100 // max(1, args.pods)}%)")
+        print("launch calls reaching EC2, with the share of pods covered so far:", ", ".join(steps))
         if os.environ.get("KEEP"):
             from collections import Counter
 
@@ -256,7 +265,7 @@ def print_phases(started: float) -> None:
     batches = {c.launch_batch for c in claims} - {""}
     last = max(c.launched_at.timestamp() for c in claims if c.launched_at) - started
     print(
-        f"launch tasks: {len(starts)} ({len(batches)} batches); calls started at +{starts[0]:.2f} s (first), "
+        f"launch tasks: {len(starts)} ({len(batches)} batches); tasks started at +{starts[0]:.2f} s (first), "
         f"+{statistics.median(starts):.2f} s (median), +{starts[-1]:.2f} s (last); last launched at +{last:.2f} s"
     )
 
