@@ -117,6 +117,18 @@ def test_a_prepared_run_is_solved_again_when_the_cluster_changed_before_the_clos
     assert "verify" not in decision.timings and len(decision.pods) == 7
 
 
+def test_no_collection_pauses_while_a_run_is_prepared_and_recorded(redis, policies):
+    import gc
+
+    submit(deployment("web", 3))
+    closing_in(redis, 0.3)
+    during = []
+    solver, _ = counting(lambda n: during.append(gc.isenabled()))
+    assert gc.isenabled()
+    again, decision = provision.provision_at_close(solver, redis=redis)
+    assert decision is not None and during == [False] and gc.isenabled()
+
+
 def test_pods_that_push_the_close_back_leave_the_run_to_the_windows_next_check(redis, policies):
     submit(deployment("web", 5))
     closing_in(redis, 0.3)
