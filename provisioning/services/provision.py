@@ -30,7 +30,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, Q, Value, When
+from django.db.models import Case, Q, TextField, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from provisioning.cluster.base import Cluster, ObjectEvent
@@ -211,18 +212,35 @@ def pending_pods():
 
 @dataclasses.dataclass
 class Inputs:
-    """Everything a run decides on, read at one moment. The solve is a function of it alone,
-    so a plan made for equal inputs is the plan (``same``)."""
+    """Everything a run decides on, read at one moment, with the key that says whether it
+    still holds (``verify_key``)."""
 
     pending: list[ClusterPod]
     documents: list[dict]
     catalog: Any
     unavailable: dict[str, str]
+    key: tuple
     read_seconds: float
 
-    def same(self, other: Inputs) -> bool:
-        same_catalog = self.catalog is other.catalog and self.unavailable == other.unavailable
-        return same_catalog and self.documents == other.documents
+
+def verify_key() -> tuple:
+    """What a run prepared before the window closed must find unchanged at the close: every
+    pod not bound, as stored (the pending ones, and those nominated to a claim), the claims
+    holding nominated pods, the policies with their status, and the offerings marked
+    unavailable. Read raw, so checking costs a fraction of a run's read. Bound pods and
+    nodes are left out: a run's view of them is as old as its read, prepared or not."""
+    from provisioning.services.catalog import unavailable_now
+
+    unbound = ClusterPod.objects.filter(node_name="").order_by("pk")
+    recent = timezone.now() - timedelta(seconds=BIND_GRACE_SECONDS)
+    claims = NodeClaim.objects.filter(Q(state__in=IN_FLIGHT) | Q(registered_at__gte=recent)).order_by("pk")
+    return (
+        tuple(unbound.values_list("pk", "nominated", "unschedulable_reason", Cast("manifest", TextField()))),
+        tuple(claims.values_list("pk", "name", "state", "node_name", "instance_type", "zone", "capacity_type")),
+        tuple(NodePool.objects.order_by("pk").values_list("pk", "resource_version", Cast("status", TextField()))),
+        tuple(EC2NodeClass.objects.order_by("pk").values_list("pk", "resource_version", Cast("status", TextField()))),
+        tuple(sorted(unavailable_now().items())),
+    )
 
 
 @dataclasses.dataclass
@@ -239,6 +257,7 @@ def read_inputs() -> Inputs | None:
     from provisioning.services.catalog import load_catalog, unavailable_now
 
     started = time.perf_counter()
+    key = verify_key()  # first: a change after it shows at the close, never one before it
     pending = list(pending_pods().order_by("pk"))
     if not pending:
         return None
@@ -249,7 +268,7 @@ def read_inputs() -> Inputs | None:
         return None
     documents += [pod_manifest(p) for p in pending]
     unavailable = unavailable_now()
-    return Inputs(pending, documents, catalog, unavailable, time.perf_counter() - started)
+    return Inputs(pending, documents, catalog, unavailable, key, time.perf_counter() - started)
 
 
 def solve_inputs(solve: Callable | None = None, inputs: Inputs | None = None) -> Solved | None:
@@ -272,19 +291,23 @@ def solve_inputs(solve: Callable | None = None, inputs: Inputs | None = None) ->
 def provision_once(
     solve: Callable | None = None, cluster: Cluster | None = None, prepared: Solved | None = None
 ) -> Decision | None:
-    """Read, solve (or take ``prepared``, solved for inputs equal to these) and record."""
-    inputs = read_inputs()
-    if inputs is None:
-        return None
-    if prepared is not None and prepared.inputs.same(inputs):
-        # Prepared before the window closed: only the check that nothing changed is on the
-        # way to the launch; the fresh rows are the ones recorded.
-        timings = {**prepared.timings, "verify": inputs.read_seconds}
-        solved = dataclasses.replace(prepared, inputs=inputs, timings=timings)
-    else:
-        if prepared is not None:
+    """Read and solve, or take ``prepared`` when its ``verify_key`` still holds, and record."""
+    from provisioning.services.catalog import load_catalog
+
+    solved = None
+    if prepared is not None:
+        started = time.perf_counter()
+        if verify_key() == prepared.inputs.key and load_catalog() is prepared.inputs.catalog:
+            # Prepared before the window closed: only this check is on the way to the launch.
+            verified = time.perf_counter() - started
+            solved = dataclasses.replace(prepared, timings={**prepared.timings, "verify": verified})
+        else:
             log.debug("the cluster changed after the run was prepared: solving again")
-        solved = solve_inputs(solve, inputs)
+    if solved is None:
+        solved = solve_inputs(solve)
+        if solved is None:
+            return None
+    inputs = solved.inputs
     started = time.perf_counter()
     decision = _record(solved, cluster)
     decision.timings = {
