@@ -96,6 +96,19 @@ def test_resolving_the_seed_nodeclass_reports_ready_on_its_status(env):
     assert {a["requirements"][0]["values"][0] for a in status["amis"]} == {"amd64", "arm64"}
 
 
+def test_resolving_again_keeps_the_status_and_its_transition_times_when_nothing_changed(env):
+    nodeclass = EC2NodeClass.objects.get(name="default")
+    cloud_service.resolve_nodeclass(nodeclass)
+    first = EC2NodeClass.objects.get(name="default")
+    for condition in first.status["conditions"]:
+        condition["lastTransitionTime"] = "2026-01-01T00:00:00Z"  # as if resolved long ago
+    EC2NodeClass.objects.filter(pk=first.pk).update(status=first.status)
+    cloud_service.resolve_nodeclass(EC2NodeClass.objects.get(name="default"))
+    again = EC2NodeClass.objects.get(name="default").status
+    assert again == first.status
+    assert {c["lastTransitionTime"] for c in again["conditions"]} == {"2026-01-01T00:00:00Z"}
+
+
 def test_a_nodeclass_whose_selectors_match_nothing_is_not_ready_and_says_why(env, seed_ec2nodeclass):
     seed_ec2nodeclass["metadata"]["name"] = "nowhere"
     seed_ec2nodeclass["spec"]["subnetSelectorTerms"] = [{"tags": {"karpenter.sh/discovery": "nobody"}}]

@@ -59,20 +59,27 @@ def resolve_nodeclass(nodeclass: EC2NodeClass, cloud: CloudProvider | None = Non
         resolved = ResolvedNodeClass(
             name=nodeclass.name, ami_family=effective_ami_family(nodeclass.spec) or "", problems=(str(exc),)
         )
-    EC2NodeClass.objects.filter(pk=nodeclass.pk).update(status=nodeclass_status(nodeclass, resolved))
+    status = nodeclass_status(nodeclass, resolved)
+    # Written only when it changed: a resolution that finds the same is no event, and the
+    # status is part of what a prepared provisioning run checks before it is recorded.
+    EC2NodeClass.objects.filter(pk=nodeclass.pk).exclude(status=status).update(status=status)
     return resolved
 
 
 def nodeclass_status(nodeclass: EC2NodeClass, resolved: ResolvedNodeClass) -> dict[str, Any]:
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    before = {c.get("type"): c for c in (nodeclass.status or {}).get("conditions") or [] if isinstance(c, dict)}
 
     def condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        status = "True" if ok else "False"
+        # As Kubernetes conditions do: the time the status last changed, not of this check.
+        since = before.get(kind, {}).get("lastTransitionTime") if before.get(kind, {}).get("status") == status else None
         return {
             "type": kind,
-            "status": "True" if ok else "False",
+            "status": status,
             "reason": kind if ok else reason,
             "message": "" if ok else message,
-            "lastTransitionTime": now,
+            "lastTransitionTime": since or now,
             "observedGeneration": nodeclass.generation,
         }
 
