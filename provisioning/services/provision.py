@@ -198,11 +198,15 @@ def _release(lock) -> None:
 BIND_GRACE_SECONDS = 30
 
 
-def nominating_claims() -> list[str]:
+def _nominating() -> Q:
     """Claims whose nominated pods are spoken for: in flight, or Ready only just now."""
     recent = timezone.now() - timedelta(seconds=BIND_GRACE_SECONDS)
     ready_just_now = Q(state__in=(NodeClaim.State.REGISTERED, NodeClaim.State.INITIALIZED), registered_at__gte=recent)
-    return list(NodeClaim.objects.filter(Q(state__in=IN_FLIGHT) | ready_just_now).values_list("name", flat=True))
+    return Q(state__in=IN_FLIGHT) | ready_just_now
+
+
+def nominating_claims() -> list[str]:
+    return list(NodeClaim.objects.filter(_nominating()).values_list("name", flat=True))
 
 
 def pending_pods():
@@ -232,8 +236,7 @@ def verify_key() -> tuple:
     from provisioning.services.catalog import unavailable_now
 
     unbound = ClusterPod.objects.filter(node_name="").order_by("pk")
-    recent = timezone.now() - timedelta(seconds=BIND_GRACE_SECONDS)
-    claims = NodeClaim.objects.filter(Q(state__in=IN_FLIGHT) | Q(registered_at__gte=recent)).order_by("pk")
+    claims = NodeClaim.objects.filter(_nominating()).order_by("pk")
     return (
         tuple(unbound.values_list("pk", "nominated", "unschedulable_reason", Cast("manifest", TextField()))),
         tuple(claims.values_list("pk", "name", "state", "node_name", "instance_type", "zone", "capacity_type")),
