@@ -469,28 +469,20 @@ def test_node_taints_policy_honor_ignores_domains_the_pod_cannot_use():
 
 
 def test_node_affinity_policy_ignore_counts_every_domain():
+    """A spread counts the domains of nodes the pod could get (nodeAffinityPolicy Honor) or of
+    every node (Ignore): arm64 types only in us-east-1a, so Honor knows one zone and Ignore three."""
     spread = {
         "maxSkew": 1,
         "topologyKey": "topology.kubernetes.io/zone",
         "whenUnsatisfiable": "DoNotSchedule",
         "labelSelector": {"matchLabels": {"app": "web"}},
     }
-    only_a = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]}
-                        ]
-                    }
-                ]
-            }
-        }
-    }
-    honored = plan_for(pods("web", 3, topologySpreadConstraints=[spread], affinity=only_a), pool())
+    types = (itype("c5.large", 2, 4, 0.085), itype("m6g.large", 2, 8, 0.077, arch="arm64", zones=("us-east-1a",)))
+    arm = {"kubernetes.io/arch": "arm64"}
+    honored = plan_for(pods("web", 3, topologySpreadConstraints=[spread], nodeSelector=arm), pool(types=types))
     assert len(placed(honored)) == 3  # only us-east-1a counts: no skew
     ignored = plan_for(
-        pods("web", 3, topologySpreadConstraints=[{**spread, "nodeAffinityPolicy": "Ignore"}], affinity=only_a), pool()
+        pods("web", 3, topologySpreadConstraints=[{**spread, "nodeAffinityPolicy": "Ignore"}], nodeSelector=arm),
+        pool(types=types),
     )
     assert len(placed(ignored)) == 1  # empty b and c count: a second pod in a would make skew 2

@@ -63,11 +63,15 @@ def port_conflict(pod: Pod, b: Bin) -> bool:
     0.0.0.0 host IP takes the port on every address)."""
     if not pod.host_ports or not b.ports:
         return False
+    return ports_conflict(pod.host_ports, b.ports)
+
+
+def ports_conflict(wanted, taken) -> bool:
     wide = ("", "0.0.0.0")
-    for wanted in pod.host_ports:
-        for taken in b.ports:
-            if (wanted.protocol, wanted.port) == (taken.protocol, taken.port) and (
-                wanted.host_ip in wide or taken.host_ip in wide or wanted.host_ip == taken.host_ip
+    for a in wanted:
+        for b in taken:
+            if (a.protocol, a.port) == (b.protocol, b.port) and (
+                a.host_ip in wide or b.host_ip in wide or a.host_ip == b.host_ip
             ):
                 return True
     return False

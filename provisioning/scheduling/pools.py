@@ -18,7 +18,7 @@ import numpy as np
 from provisioning.crd.labels import CAPACITY_TYPE, ZONE
 from provisioning.scheduling.instancetypes import InstanceType, Offering
 from provisioning.scheduling.plan import InstanceTypeOption
-from provisioning.scheduling.requirements import OFFERING_LABELS, Requirement, Requirements
+from provisioning.scheduling.requirements import INSTANCE_TYPE_LABELS, OFFERING_LABELS, Requirement, Requirements
 from provisioning.scheduling.snapshot import NodePoolInput
 from provisioning.scheduling.taints import Taint, untolerated
 
@@ -33,6 +33,7 @@ class Daemon:
     requests: dict[str, int]
     requirements: tuple[Requirements, ...]  # OR of terms (nodeSelector merged into each)
     tolerations: tuple
+    host_ports: tuple = ()
 
 
 class PoolModel:
@@ -61,9 +62,14 @@ class PoolModel:
         self.offerings = offerings
         self.names = np.array([t.name for t in types], dtype=object)
         self.label_keys = frozenset(k for t in types for k in t.labels) - OFFERING_LABELS
+        # The keys an instance type speaks for: those its labels carry, and every well-known
+        # instance-type label (a type without instance-gpu-count has no GPU, so a pod asking
+        # for one is not met by it, even when no type of the pool has the label).
+        self.type_label_keys = self.label_keys | INSTANCE_TYPE_LABELS
         self.capacity = self._matrix([t.capacity for t in types])
         allocatable = self._matrix([t.allocatable for t in types])
         self.daemons = [d for d in daemons if self._daemon_lands(d)]
+        self.daemon_ports = frozenset(p for d in self.daemons for p in d.host_ports)
         self.overhead = self._overhead(types)
         self.usable = allocatable - self.overhead
         self.cheapest = np.array([o[0].price for o in offerings], dtype=float) if types else np.zeros(0)
@@ -101,7 +107,7 @@ class PoolModel:
         for daemon in self.daemons:
             vector = np.array([daemon.requests.get(r, 0) for r in self.resources], dtype=np.int64)
             for i, it in enumerate(types):
-                if any(term.only(self.label_keys).matches(it.labels) for term in daemon.requirements):
+                if any(term.only(self.type_label_keys).matches(it.labels) for term in daemon.requirements):
                     out[i] += vector
         return out
 
@@ -111,7 +117,7 @@ class PoolModel:
         """Types whose labels satisfy ``requirements`` and that have an allowed offering."""
         mask = self._type_masks.get(requirements)
         if mask is None:
-            labels_part = requirements.only(self.label_keys)
+            labels_part = requirements.only(self.type_label_keys)
             mask = np.fromiter((labels_part.matches(t.labels) for t in self.types), dtype=bool, count=len(self.types))
             mask &= self.offer_mask(requirements)
             self._type_masks[requirements] = mask

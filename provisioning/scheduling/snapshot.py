@@ -40,3 +40,11 @@ class Snapshot:
     deadline_seconds: float = 60.0
     max_instance_types: int = 60
     optimize: bool = True  # False: upstream's greedy packing only (the baseline of bench/solver.py)
+    # Namespace → its labels, for namespaceSelectors of pod (anti-)affinity terms; a namespace
+    # not listed has only its ``kubernetes.io/metadata.name`` label.
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Upstream's --preference-policy: Respect (preferences count until relaxed) or Ignore.
+    preference_policy: str = "Respect"
+    # Upstream's --min-values-policy: Strict (a claim meets every minValues or is not made) or
+    # BestEffort (minValues are relaxed as far as needed, and the claim says so).
+    min_values_policy: str = "Strict"

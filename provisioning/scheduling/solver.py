@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, ZONE
-from provisioning.scheduling.bins import Bin, port_conflict
+from provisioning.scheduling.bins import Bin, port_conflict, ports_conflict
 from provisioning.scheduling.claimtable import ClaimTable
 from provisioning.scheduling.integral import pack
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
@@ -44,9 +44,9 @@ from provisioning.scheduling.requirements import IN, Requirement, Requirements
 from provisioning.scheduling.snapshot import Snapshot
 from provisioning.scheduling.taints import TOLERATE_PREFER_NO_SCHEDULE, Taint, untolerated
 from provisioning.scheduling.topology import (
-    AFFINITY,
     ANTI,
     SPREAD,
+    Blocked,
     Constraint,
     Topology,
 )
@@ -91,19 +91,26 @@ class _Run:
             (PoolModel(p, self.resources, daemons) for p in snapshot.nodepools), key=lambda m: (-m.pool.weight, m.name)
         )
         self.prefer_no_schedule = any(t.effect == "PreferNoSchedule" for m in self.pools for t in m.taints)
+        self.daemons = daemons
         self.bins: list[Bin] = [self._existing(n) for n in snapshot.nodes]
         self.claims: list[Bin] = []
         self.counter = 0
-        self.topology = Topology(self._universe())
+        self._domain_cache: dict[tuple, frozenset[str]] = {}
+        self.topology = Topology(self._domains, snapshot.namespaces)
         self._variants: dict[object, list[Variant]] = {}
-        # Every group exists before anything is counted, so pods already bound count too.
+        for b in self.bins:
+            self.topology.register(HOSTNAME, b.domain(HOSTNAME) or b.name)
+        # Every group exists before anything is counted; pods already bound count in them,
+        # and their required anti-affinity keeps the pods it selects out of their domains.
         for pod in snapshot.pods:
             for variant in self._variants_of(pod):
                 for constraint in variant.constraints:
                     self.topology.group(constraint)
-        for node in snapshot.nodes:
+            self.topology.owns_inverse(pod)
+        for b, node in zip(self.bins, snapshot.nodes, strict=True):
+            labels = {**b.labels, HOSTNAME: b.domain(HOSTNAME) or b.name}
             for pod in node.pods:
-                self._record(pod, self.bins[[b.name for b in self.bins].index(node.name)], variants(pod, False)[0])
+                self.topology.count_bound(pod, b.taints, labels)
         self.remaining = {m.name: self._limits(m) for m in self.pools}
         self._committed = {m.name: np.zeros(len(self.resources), dtype=np.int64) for m in self.pools}
         self.placed: dict[str, Bin] = {}
@@ -115,9 +122,7 @@ class _Run:
         self._table = ClaimTable(len(self.resources), np.array(smallest, dtype=np.int64))
         self._claim_index: dict[int, int] = {}
         self._alone_cost: dict[tuple, float] = {}
-        self._eligible_cache: dict[tuple, frozenset[str]] = {}
-        self._allowed: dict[tuple, tuple[int, frozenset[str]]] = {}
-        self._pins: dict[tuple[str, str], Requirement] = {}
+        self._feasible_cache: dict[tuple, bool] = {}
         self._price_orders: dict[tuple, np.ndarray] = {}
         self._new_types: dict[tuple, tuple[np.ndarray, tuple] | None] = {}
         self._options: dict[tuple, tuple[list[InstanceTypeOption], Requirement]] = {}
@@ -132,6 +137,11 @@ class _Run:
             taints += (Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"),)
         labels = dict(node.labels)
         ports = {port for pod in node.pods for port in pod.host_ports}
+        # DaemonSet pods the node should run and does not yet (a node just launched): their
+        # requests and host ports are spoken for, as upstream reserves them.
+        missing, daemon_ports = self._missing_daemons(node, taints, labels)
+        used = used + missing
+        ports |= daemon_ports
         return Bin(
             node.name,
             Requirements.from_labels(labels),
@@ -143,18 +153,80 @@ class _Run:
             ports=ports,
         )
 
-    def _universe(self) -> dict[str, set[str]]:
-        universe: dict[str, set[str]] = {ZONE: set(), CAPACITY_TYPE: set()}
+    def _missing_daemons(self, node: ExistingNode, taints, labels) -> tuple[np.ndarray, set]:
+        """The requests (beyond what its DaemonSet pods already ask) and host ports of the
+        DaemonSets that would run on ``node`` but have no pod there yet."""
+        total = np.zeros(len(self.resources), dtype=np.int64)
+        ports: set = set()
+        running = {pod.owner.name for pod in node.pods if pod.is_daemonset and pod.owner is not None}
+        for daemon in self.daemons:
+            if untolerated(daemon.tolerations, taints, ignore_prefer_no_schedule=True) is not None:
+                continue
+            if not any(term.matches(labels) for term in daemon.requirements):
+                continue
+            total += np.array([daemon.requests.get(r, 0) for r in self.resources], dtype=np.int64)
+            if daemon.name.split("/", 1)[-1] not in running:
+                ports.update(daemon.host_ports)
+        already = np.array(
+            [sum(p.requests.get(r, 0) for p in node.pods if p.is_daemonset) for r in self.resources], dtype=np.int64
+        )
+        return np.maximum(total - already, 0), ports
+
+    def _domains(self, constraint: Constraint) -> frozenset[str]:
+        """The domains a group counts: values of its key that a node the pod could get would
+        have. For a spread, only NodePools and instance types that pass its node filter (the
+        pod's node selector and required affinity under nodeAffinityPolicy Honor, its
+        tolerations under nodeTaintsPolicy Honor), and existing nodes that pass it too."""
+        found = self._domain_cache.get(constraint)
+        if found is not None:
+            return found
+        key = constraint.key
+        node_filter = constraint.node_filter
+        domains: set[str] = set()
         for model in self.pools:
-            universe[ZONE] |= model.all_zones
-            universe[CAPACITY_TYPE] |= {o.capacity_type for offs in model.offerings for o in offs}
-            for key, requirement in model.requirements.items():
-                if not requirement.complement:
-                    universe.setdefault(key, set()).update(requirement.values)
+            terms: tuple[Requirements, ...] = (Requirements(),)
+            if node_filter is not None:
+                if not node_filter.matches_taints(model.taints):
+                    continue
+                if node_filter.affinity_policy != "Ignore" and node_filter.terms:
+                    terms = node_filter.terms
+            for term in terms:
+                domains |= self._pool_domains(model, key, term)
         for b in self.bins:
-            for key, value in b.labels.items():
-                universe.setdefault(key, set()).add(value)
-        return universe
+            value = b.domain(key)
+            if value is None:
+                continue
+            if node_filter is not None and not node_filter.matches(b.taints, b.requirements):
+                continue
+            domains.add(value)
+        found = self._domain_cache[constraint] = frozenset(domains)
+        return found
+
+    def _pool_domains(self, model: PoolModel, key: str, term: Requirements) -> frozenset[str]:
+        """Values of ``key`` on the nodes ``model`` can launch that meet ``term``."""
+        cache_key = (model.name, key, term)
+        found = self._domain_cache.get(cache_key)
+        if found is not None:
+            return found
+        values: set[str] = set()
+        if key != HOSTNAME and model.requirements.compatible(term) is None:
+            requirements = model.requirements.merge(term)
+            mask = model.type_mask(requirements)
+            requirement = requirements.get(key)
+            if key in (ZONE, CAPACITY_TYPE):
+                zone, ct = requirements.get(ZONE), requirements.get(CAPACITY_TYPE)
+                for i in np.flatnonzero(mask):
+                    for o in model.offerings[i]:
+                        if (zone is None or zone.has(o.zone)) and (ct is None or ct.has(o.capacity_type)):
+                            values.add(o.zone if key == ZONE else o.capacity_type)
+            elif key in model.type_label_keys:
+                for value in set(model.label_values(key)[mask]):
+                    if value is not None and (requirement is None or requirement.has(value)):
+                        values.add(value)
+            elif requirement is not None and not requirement.complement and mask.any():
+                values |= requirement.values  # a NodePool label or requirement the types do not speak for
+        found = self._domain_cache[cache_key] = frozenset(values)
+        return found
 
     def _limits(self, model: PoolModel) -> dict[str, int]:
         return {k: v - model.pool.in_use.get(k, 0) for k, v in model.pool.limits.items()}
@@ -169,8 +241,14 @@ class _Run:
     def _variants_of(self, pod: Pod) -> list[Variant]:
         found = self._variants.get(pod.shape_key)
         if found is None:
-            found = self._variants[pod.shape_key] = variants(pod, self.prefer_no_schedule)
+            found = self._variants[pod.shape_key] = variants(
+                pod, self.prefer_no_schedule, self.snapshot.preference_policy
+            )
         return found
+
+    def _topological(self, pod: Pod, variant: Variant) -> bool:
+        """Does topology decide where the pod may go (its own rules, or others' anti-affinity)?"""
+        return self.topology.constrained(pod, variant.constraints)
 
     # ---------------------------------------------------------------- the queue
 
@@ -186,7 +264,7 @@ class _Run:
             if self.clock() > self.deadline:
                 self.unreached += [p.key for p in group]
                 continue
-            if _plain(group[0]) and len(self._variants_of(group[0])) == 1:
+            if self._plain(group[0]) and len(self._variants_of(group[0])) == 1:
                 retry += self._place_batch(group)
             else:
                 for pod in group:
@@ -234,15 +312,16 @@ class _Run:
                     return True
         return False
 
+    def _plain(self, pod: Pod) -> bool:
+        """No topology rule, host port or others' anti-affinity bears on the pod: replicas of it
+        may be placed in batches."""
+        return _plain(pod) and not self.topology.inverse_selecting(pod)
+
     def _valid_zones(self, pod: Pod, variant: Variant) -> frozenset[str] | None:
-        """The zones the pod's zone constraints allow right now (None: no such constraint)."""
-        zones = None
-        for constraint in variant.constraints:
-            if constraint.key == ZONE:
-                eligible = self._eligible(constraint, variant, pod)
-                valid = self.topology.valid_domains(pod, constraint, self.topology.domains(ZONE), eligible)
-                zones = valid if zones is None else zones & valid
-        return zones
+        """The zones the pod's zone rules allow right now (None: no such rule)."""
+        if not variant.constraints:
+            return None
+        return self.topology.zone_choices(pod, variant.constraints, variant.strict_requirements)
 
     def _fits_existing(self, pod: Pod, variant: Variant, b: Bin, vector: np.ndarray, count: int) -> bool:
         if untolerated(self._tolerations(pod, variant), b.taints) is not None:
@@ -251,71 +330,37 @@ class _Run:
             return False
         if ((b.used + vector * count) > b.free).any() or port_conflict(pod, b):
             return False
-        return all(self._domain_ok(pod, c, b.domain(c.key), variant) for c in variant.constraints) and (
-            self._inverse_ok(pod, b)
+        if not self._topological(pod, variant):
+            return True
+        tightened = self.topology.tighten(
+            pod, variant.constraints, variant.strict_requirements, b.requirements, hostname=b.domain(HOSTNAME)
         )
+        return not isinstance(tightened, Blocked)
 
     def _tolerations(self, pod: Pod, variant: Variant) -> tuple:
         if variant.tolerate_prefer_no_schedule:
             return tuple(pod.tolerations) + (TOLERATE_PREFER_NO_SCHEDULE,)
         return tuple(pod.tolerations)
 
-    def _domain_ok(self, pod: Pod, constraint: Constraint, value: str | None, variant: Variant) -> bool:
-        if value is None:
-            return False
-        eligible = self._eligible(constraint, variant, pod)
-        return value in self.topology.valid_domains(pod, constraint, frozenset({value}) | eligible, eligible)
+    def _feasible(self, model: PoolModel, requirements: Requirements, idx: np.ndarray | None, used: np.ndarray):
+        """For choosing a domain: can a node of ``model`` under ``requirements`` (of the types
+        ``idx``, holding ``used``) still launch with ``key`` pinned to ``domain``?"""
 
-    def _eligible(self, constraint: Constraint, variant: Variant, pod: Pod) -> frozenset[str]:
-        """The domains that count for a spread's minimum: those the pod's node
-        requirements allow (nodeAffinityPolicy Honor) and, with nodeTaintsPolicy Honor,
-        only those of nodes and NodePools whose taints the pod tolerates."""
-        honor_taints = constraint.node_taints_policy == "Honor"
-        cache_key = (constraint, variant, tuple(pod.tolerations) if honor_taints else None)
-        found = self._eligible_cache.get(cache_key)
-        if found is not None:
+        def feasible(key: str, domain: str) -> bool:
+            pinned = requirements.add(Requirement.of(key, IN, (domain,)))
+            cache_key = (model.name, pinned, None if idx is None else idx.tobytes(), used.tobytes())
+            found = self._feasible_cache.get(cache_key)
+            if found is None:
+                mask = model.type_mask(pinned)
+                if idx is not None:
+                    mask = mask[idx]
+                    usable = model.usable[idx]
+                else:
+                    usable = model.usable
+                found = self._feasible_cache[cache_key] = bool((mask & (usable >= used).all(axis=1)).any())
             return found
-        key = constraint.key
-        domains = self.topology.domains(key)
-        if constraint.node_affinity_policy != "Ignore":
-            requirement = variant.requirements.get(key)
-            domains = frozenset(d for d in domains if requirement is None or requirement.has(d))
-        if honor_taints:
-            tolerations = self._tolerations(pod, variant)
-            tolerated = {
-                d
-                for taints, values in self._domain_sources(key)
-                if untolerated(tolerations, taints) is None
-                for d in values
-            }
-            domains = domains & frozenset(tolerated)
-        self._eligible_cache[cache_key] = domains
-        return domains
 
-    def _domain_sources(self, key: str) -> list[tuple[tuple[Taint, ...], frozenset[str]]]:
-        """Who provides the domains of ``key``: each NodePool and existing node, with its taints."""
-        sources = []
-        for model in self.pools:
-            if key == ZONE:
-                values = model.all_zones
-            elif key == CAPACITY_TYPE:
-                values = frozenset(o.capacity_type for offs in model.offerings for o in offs)
-            else:
-                requirement = model.requirements.get(key)
-                values = requirement.values if requirement is not None and not requirement.complement else frozenset()
-            sources.append((model.taints, values))
-        for b in self.bins:
-            value = b.domain(key)
-            if value is not None:
-                sources.append((b.taints, frozenset({value})))
-        return sources
-
-    def _inverse_ok(self, pod: Pod, b: Bin) -> bool:
-        for key in (HOSTNAME, ZONE):
-            value = b.domain(key)
-            if value is not None and not self.topology.blocked_by_others(pod, key, frozenset({value})):
-                return False
-        return True
+        return feasible
 
     # ---------------------------------------------------------------- planned claims
 
@@ -334,23 +379,31 @@ class _Run:
             return None, True
         if b.requirements.compatible(variant.requirements) is not None:
             return None, True
-        if not self._inverse_ok(pod, b) or self._hostname_refuses(pod, variant, b):
-            return None, True
         merged = b.requirements.merge(variant.requirements)
-        requirements = self._pin_domains(pod, variant, merged, b)
-        if requirements is None:
-            return None, False
         used = b.used + vector * count
+        requirements = merged
+        if self._topological(pod, variant):
+            tightened = self.topology.tighten(
+                pod,
+                variant.constraints,
+                variant.strict_requirements,
+                merged,
+                feasible=self._feasible(model, merged, b.idx, used),
+                hostname=b.name,
+            )
+            if isinstance(tightened, Blocked):
+                return None, _for_good(tightened)
+            requirements = tightened
         if self._fits_as_is(b, requirements, used):
             return requirements, False  # same requirements, same cheapest type: nothing to narrow
         if self.strategy != LARGEST and not requirements.has_min_values:
             if self._affordable(pod, variant, b, requirements, used, count):
                 return requirements, False
-            # Not worth it stands, as does "no type holds them" unless pinning added a domain.
-            return None, len(requirements) == len(merged) or self._some_type_holds(b, requirements, used)
+            # Not worth it stands, as does "no type holds them" unless topology narrowed a key.
+            return None, requirements == merged or self._some_type_holds(b, requirements, used)
         idx = self._narrow(b, requirements, used)
         if not len(idx) or (requirements.has_min_values and not model.min_values_ok(requirements, _mask(model, idx))):
-            return None, len(requirements) == len(merged)
+            return None, requirements == merged
         if self.strategy != LARGEST and not self._worth_it(pod, variant, b, idx, requirements, count):
             return None, True
         return requirements, False
@@ -468,62 +521,6 @@ class _Run:
             cost = self._alone_cost[key] = float(per.min()) if len(per) else float("inf")
         return cost
 
-    def _hostname_refuses(self, pod: Pod, variant: Variant, b: Bin) -> bool:
-        """Hostname anti-affinity and spread only get stricter as pods land: a refusal stands."""
-        for constraint in variant.constraints:
-            if (
-                constraint.key == HOSTNAME
-                and constraint.kind in (ANTI, SPREAD)
-                and b.name not in self.topology.valid_domains(pod, constraint, frozenset({b.name}), frozenset())
-            ):
-                return True
-        return False
-
-    def _pin_domains(self, pod: Pod, variant: Variant, requirements: Requirements, b: Bin | None):
-        """Apply every topology constraint: collapse its key to the best valid domain."""
-        for constraint in variant.constraints:
-            if constraint.key == HOSTNAME:
-                name = b.name if b is not None else None
-                if name is None:  # a new claim: an empty hostname
-                    if constraint.kind == AFFINITY and not self.topology.valid_domains(
-                        pod, constraint, frozenset({"<new>"}), frozenset()
-                    ):
-                        return None
-                    if constraint.kind == SPREAD and self.topology.selects(constraint, pod) > constraint.max_skew:
-                        return None
-                    continue
-                if name not in self.topology.valid_domains(pod, constraint, frozenset({name}), frozenset()):
-                    return None
-                continue
-            current = requirements.get(constraint.key)
-            valid = self._allowed_domains(pod, variant, constraint)
-            if current is not None:
-                valid = frozenset(d for d in valid if current.has(d))
-            if not valid:
-                return None
-            counts = self.topology.group(constraint).matched
-            best = min(valid, key=lambda d: (counts.get(d, 0), d))
-            pin = self._pins.get((constraint.key, best))
-            if pin is None:
-                pin = self._pins[(constraint.key, best)] = Requirement.of(constraint.key, IN, [best])
-            requirements = requirements.add(pin)
-        return requirements
-
-    def _allowed_domains(self, pod: Pod, variant: Variant, constraint: Constraint) -> frozenset[str]:
-        """The domains of the constraint's key where the pod may go now: valid under the
-        constraint, less those the inverse anti-affinity blocks. Both only filter domains,
-        so a claim's allowed ones are these among its own. Remembered until a count changes
-        (every claim a pod is offered asks the same)."""
-        key = (pod.shape_key, variant, constraint)
-        found = self._allowed.get(key)
-        if found is not None and found[0] == self.topology.version:
-            return found[1]
-        eligible = self._eligible(constraint, variant, pod)
-        valid = self.topology.valid_domains(pod, constraint, self.topology.domains(constraint.key), eligible)
-        allowed = self.topology.blocked_by_others(pod, constraint.key, valid)
-        self._allowed[key] = (self.topology.version, allowed)
-        return allowed
-
     def _fits_as_is(self, b: Bin, requirements: Requirements, used: np.ndarray) -> bool:
         """The claim keeps its requirements and its cheapest type still holds ``used``: its
         price and limits do not change, and narrowing its types can wait (``_exact``)."""
@@ -601,20 +598,34 @@ class _Run:
             return None
         if "nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0:
             return None
-        requirements = self._pin_domains(pod, variant, model.requirements.merge(variant.requirements), None)
-        if requirements is None:
+        if pod.host_ports and ports_conflict(pod.host_ports, model.daemon_ports):
             return None
+        name = f"{model.name}-{self.counter + 1}"
+        requirements = model.requirements.merge(variant.requirements)
+        if self._topological(pod, variant):
+            tightened = self.topology.tighten(
+                pod,
+                variant.constraints,
+                variant.strict_requirements,
+                requirements,
+                feasible=self._feasible(model, requirements, None, vector * count),
+                hostname=name,
+            )
+            if isinstance(tightened, Blocked):
+                return None
+            requirements = tightened
         types = self._new_claim_types(model, requirements, vector, count)
         if types is None:
             return None
         self.counter += 1
         b = Bin(
-            f"{model.name}-{self.counter}",
+            name,
             requirements,
             np.zeros(len(self.resources), dtype=np.int64),
             model.taints,
             pool=model,
             origin=pod.key,
+            ports=set(model.daemon_ports),
         )
         self._set_idx(b, *types)
         self._claim_index[id(b)] = len(self.claims)
@@ -722,7 +733,7 @@ class _Run:
         jobs: dict[tuple, list[tuple[list[Pod], Variant, np.ndarray]]] = {}
         for group in groups:
             pod = group[0]
-            if not (_plain(pod) and len(self._variants_of(pod)) == 1):
+            if not (self._plain(pod) and len(self._variants_of(pod)) == 1):
                 rest.append(group)
                 continue
             variant, vector = self._variants_of(pod)[0], self._vec(pod)
@@ -788,7 +799,15 @@ class _Run:
         if types is None or ("nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0):
             return False
         self.counter += 1
-        b = Bin(f"{model.name}-{self.counter}", requirements, used, model.taints, pool=model, origin=pods[0][1].key)
+        b = Bin(
+            f"{model.name}-{self.counter}",
+            requirements,
+            used,
+            model.taints,
+            pool=model,
+            origin=pods[0][1].key,
+            ports=set(model.daemon_ports),
+        )
         self._set_idx(b, *types)
         self._claim_index[id(b)] = len(self.claims)
         self.claims.append(b)
@@ -830,10 +849,9 @@ class _Run:
         self._record(pod, b, variant)
 
     def _record(self, pod: Pod, b: Bin, variant: Variant) -> None:
-        if not self.topology.groups:
+        if not self.topology.groups and not self.topology.inverse:
             return
-        keys = self.topology.keys
-        self.topology.record(pod, variant.constraints, {k: v for k in keys if (v := b.domain(k)) is not None})
+        self.topology.record(pod, b.taints, b.requirements, hostname=b.domain(HOSTNAME))
 
     # ---------------------------------------------------------------- explanations
 
@@ -857,7 +875,7 @@ class _Run:
             return "its EC2NodeClass offers no available instance type the NodePool allows"
         requirements = model.requirements.merge(variant.requirements)
         candidates = [t.labels for t in model.pool.instance_types]
-        mismatch = requirements.only(model.label_keys).match_any(candidates)
+        mismatch = requirements.only(model.type_label_keys).match_any(candidates)
         if mismatch is not None:
             return mismatch.message
         mask = model.type_mask(requirements)
@@ -872,9 +890,17 @@ class _Run:
             return f"its node limit ({model.pool.limits['nodes']}) is reached"
         if not model.min_values_ok(requirements, fits):
             return "the instance types that fit do not meet the minValues of its requirements"
-        for constraint in variant.constraints:
-            if self._pin_domains(pod, Variant(variant.requirements, (constraint,)), requirements, None) is None:
-                return f"no domain satisfies its {constraint.describe()}"
+        if self._topological(pod, variant):
+            blocked = self.topology.tighten(
+                pod,
+                variant.constraints,
+                variant.strict_requirements,
+                requirements,
+                feasible=self._feasible(model, requirements, None, vector),
+                hostname=f"{model.name}-new",
+            )
+            if isinstance(blocked, Blocked):
+                return f"no domain satisfies {blocked.describe()}"
         return "it could not be placed with the other pending pods"
 
     def _short_of(self, model: PoolModel, mask: np.ndarray, vector: np.ndarray) -> str:
@@ -992,6 +1018,12 @@ def _queue_order(group: Sequence[Pod]) -> tuple:
     return (-pod.requests.get("cpu", 0), -pod.requests.get("memory", 0), pod.creation_timestamp or "", pod.key)
 
 
+def _for_good(blocked: Blocked) -> bool:
+    """Hostname anti-affinity and spreads only get stricter on a node as pods land: a refusal
+    for them stands. Other topology refusals may change as other pods are placed."""
+    return blocked.constraint.key == HOSTNAME and (blocked.inverse or blocked.constraint.kind in (ANTI, SPREAD))
+
+
 def _plain(pod: Pod) -> bool:
     return not (
         pod.topology_spread
@@ -1044,7 +1076,7 @@ def _daemon(overhead) -> Daemon:
     terms = [base.merge(Requirements.from_node_selector_term(t)) for t in pod.required_node_affinity] or [base]
     requests = {k: v for k, v in pod.requests.items() if k != "pods"}
     requests["pods"] = 1
-    return Daemon(overhead.key, requests, tuple(terms), tuple(pod.tolerations))
+    return Daemon(overhead.key, requests, tuple(terms), tuple(pod.tolerations), tuple(pod.host_ports))
 
 
 def _offering_terms(requirements: Requirements) -> str:
