@@ -48,6 +48,9 @@ class Plan:
     solve_seconds: float = 0.0
     unreached: tuple[str, ...] = ()  # pods the deadline stopped before (also in unschedulable)
     stats: Mapping[str, float] = field(default_factory=dict)
+    # The pods placed, in the order they were: each topology spread held when its pod was placed
+    # in this order, as kube-scheduler checks it when it binds (empty: any order).
+    order: tuple[str, ...] = ()
 
     @property
     def total_price(self) -> float:

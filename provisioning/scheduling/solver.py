@@ -114,6 +114,7 @@ class _Run:
         self.remaining = {m.name: self._limits(m) for m in self.pools}
         self._committed = {m.name: np.zeros(len(self.resources), dtype=np.int64) for m in self.pools}
         self.placed: dict[str, Bin] = {}
+        self.order: list[str] = []  # pods in the order they were placed (spreads hold in it)
         self.unschedulable: dict[str, str] = {}
         self.unreached: list[str] = []
         self._vector: dict[object, np.ndarray] = {}
@@ -315,7 +316,7 @@ class _Run:
     def _plain(self, pod: Pod) -> bool:
         """No topology rule, host port or others' anti-affinity bears on the pod: replicas of it
         may be placed in batches."""
-        return _plain(pod) and not self.topology.inverse_selecting(pod)
+        return _plain(pod) and not self.topology.constrained(pod, ())
 
     def _valid_zones(self, pod: Pod, variant: Variant) -> frozenset[str] | None:
         """The zones the pod's zone rules allow right now (None: no such rule)."""
@@ -846,6 +847,7 @@ class _Run:
         b.pods.append(pod)
         b.ports.update(pod.host_ports)
         self.placed[pod.key] = b
+        self.order.append(pod.key)
         self._record(pod, b, variant)
 
     def _record(self, pod: Pod, b: Bin, variant: Variant) -> None:
@@ -950,6 +952,7 @@ class _Run:
             solve_seconds=solve_seconds,
             unreached=tuple(self.unreached),
             stats={"pods": len(self.snapshot.pods), "strategy": self.strategy},
+            order=tuple(self.order),
         )
 
     def _bound(self, b: Bin) -> int:
@@ -1021,7 +1024,9 @@ def _queue_order(group: Sequence[Pod]) -> tuple:
 def _for_good(blocked: Blocked) -> bool:
     """Hostname anti-affinity and spreads only get stricter on a node as pods land: a refusal
     for them stands. Other topology refusals may change as other pods are placed."""
-    return blocked.constraint.key == HOSTNAME and (blocked.inverse or blocked.constraint.kind in (ANTI, SPREAD))
+    return blocked.constraint.key == HOSTNAME and (
+        blocked.inverse or blocked.selected or blocked.constraint.kind in (ANTI, SPREAD)
+    )
 
 
 def _plain(pod: Pod) -> bool:

@@ -171,10 +171,13 @@ class Blocked:
 
     constraint: Constraint
     inverse: bool = False  # another pod's required anti-affinity, not the pod's own rule
+    selected: bool = False  # another pod's spread, which counts this pod
 
     def describe(self) -> str:
         if self.inverse:
             return f"the required pod anti-affinity of other pods on {self.constraint.key} (they select this pod)"
+        if self.selected:
+            return f"the {self.constraint.describe()} of other pods, which counts this pod"
         return self.constraint.describe()
 
 
@@ -197,6 +200,7 @@ class Topology:
         self._selects: dict[tuple[Constraint, str, int], bool] = {}
         self._selecting: dict[tuple[str, int], list[Group]] = {}
         self._inverse_selecting: dict[tuple[str, int], list[Group]] = {}
+        self._spreads_selecting: dict[tuple[str, int], list[Group]] = {}
         self._ns_selected: dict[tuple[LabelSelector, str], bool] = {}
         self._hostnames: set[str] = set()
         # Placements so far, replayed into a group created late: (pod, taints, requirements).
@@ -235,6 +239,7 @@ class Topology:
         self.version += 1
         self._selecting.clear()
         self._inverse_selecting.clear()
+        self._spreads_selecting.clear()
 
     def register(self, key: str, domain: str) -> None:
         """A domain now exists (a node, a NodeClaim's hostname): every group of the key knows it."""
@@ -284,9 +289,21 @@ class Topology:
             found = self._inverse_selecting[cache_key] = [g for c, g in self.inverse.items() if self.selects(c, pod)]
         return found
 
+    def spreads_selecting(self, pod: Pod) -> list[Group]:
+        """The spread groups on keys other than the hostname whose selector picks ``pod`` (a
+        node's hostname is always known, so those count it wherever it goes)."""
+        cache_key = (pod.namespace, id(pod.labels))
+        found = self._spreads_selecting.get(cache_key)
+        if found is None:
+            found = self._spreads_selecting[cache_key] = [
+                g for g in self.selecting(pod) if g.constraint.kind == SPREAD and g.constraint.key != HOSTNAME
+            ]
+        return found
+
     def constrained(self, pod: Pod, constraints: tuple[Constraint, ...]) -> bool:
-        """Does placing ``pod`` depend on topology (its own rules, or others' anti-affinity)?"""
-        return bool(constraints) or bool(self.inverse_selecting(pod))
+        """Does placing ``pod`` depend on topology (its own rules, others' anti-affinity, or
+        others' spreads that count it)?"""
+        return bool(constraints) or bool(self.inverse_selecting(pod)) or bool(self.spreads_selecting(pod))
 
     # ---------------------------------------------------------------- counting
 
@@ -380,7 +397,37 @@ class Topology:
                 return Blocked(group.constraint, inverse=True)
             if not on_host:
                 out = out.add(chosen)
+        for group in self.spreads_selecting(pod):
+            if group.constraint in constraints:
+                continue
+            key = group.constraint.key
+            chosen = self._counted(group, strict.get(key), out.get(key), feasible)
+            if chosen is None:
+                return Blocked(group.constraint, selected=True)
+            out = out.add(chosen)
         return out
+
+    def _counted(self, group: Group, pod_domains, node_domains, feasible) -> Requirement | None:
+        """A pod another pod's spread selects (but which does not carry the rule itself) must
+        land where it is counted, so the pods that carry the rule and come after it see it:
+        its node's domain is pinned, to the least loaded one. Upstream leaves such a pod
+        uncounted on a NodeClaim whose zone is open, and the spread can break once the nodes
+        exist. Spreads are checked when a pod is placed, not after (IgnoredDuringExecution):
+        the pod does not have to keep the skew of pods placed before it."""
+        if _single(node_domains) is not None:
+            return node_domains
+        key = group.constraint.key
+        best: tuple[int, str] | None = None
+        for domain, count in group.counts.items():
+            if node_domains is not None and not node_domains.has(domain):
+                continue
+            if pod_domains is not None and not pod_domains.has(domain):
+                continue
+            if feasible is not None and not feasible(key, domain):
+                continue
+            if best is None or (count, domain) < best:
+                best = (count, domain)
+        return _pin(key, best[1]) if best is not None else None
 
     def _next(
         self, group: Group, pod: Pod, pod_domains: Requirement | None, node_domains: Requirement | None, feasible

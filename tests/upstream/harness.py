@@ -269,7 +269,8 @@ def pod(
     """``test.Pod``: one container with ``requests`` (none by default, as upstream), and every
     PodOptions field upstream's tests use. ``node_requirements`` is one required node selector
     term, as upstream's ``NodeRequirements``; ``node_requirement_terms`` gives several (ORed).
-    ``node_preferences`` become one preferred term of weight 1 each, as upstream builds them."""
+    ``node_preferences`` become one preferred term of weight 1 holding them all, as upstream's
+    ``buildNodeAffinity``; ``spec={"affinity": ...}`` gives any other shape."""
     container: Manifest = {"name": "app", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.2"}
     resources: Manifest = {}
     if requests:
@@ -300,7 +301,7 @@ def pod(
         }
     if node_preferences:
         node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
-            {"weight": 1, "preference": {"matchExpressions": [dict(r)]}} for r in node_preferences
+            {"weight": 1, "preference": {"matchExpressions": [dict(r) for r in node_preferences]}}
         ]
     if node_affinity:
         affinity["nodeAffinity"] = node_affinity
@@ -545,6 +546,7 @@ class Env:
         snapshot = self.snapshot()
         plan = solve(snapshot)
         violations = _verify(snapshot, plan)
+        assert not violations, "the plan breaks rules the verifier checks:\n" + "\n".join(map(str, violations))
         created = [self._launch(claim, snapshot) for claim in plan.claims]
         bindings: dict[str, str] = {}
         for view, claim in zip(created, plan.claims, strict=True):
