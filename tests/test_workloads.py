@@ -484,14 +484,16 @@ class TestExpandAll:
 
     def test_other_kinds_are_skipped_with_a_note(self, result):
         assert [(s.kind, s.name) for s in result.skipped] == [
-            ("Namespace", "shop"),
             ("Service", "web"),
             ("ConfigMap", "settings"),
             ("CronJob", "nightly"),
         ]
         assert all(isinstance(s, Skipped) and s.note for s in result.skipped)
-        kind, name, note = result.skipped[3]
+        kind, name, note = result.skipped[2]
         assert "schedule" in note
+
+    def test_namespaces_are_kept_with_their_labels_for_namespace_selectors(self, result):
+        assert result.namespaces == (("shop", {"kubernetes.io/metadata.name": "shop"}),)
 
     def test_empty_stream(self):
         assert expand_all([]) == Workloads()

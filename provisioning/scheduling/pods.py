@@ -307,6 +307,11 @@ class Pod:
     node_name: str | None = None
     scheduling_gated: bool = False
     creation_timestamp: str | None = None  # RFC 3339 as written, e.g. 2025-01-02T03:04:05Z
+    phase: str = ""  # status.phase: Pending, Running, Succeeded, Failed ("" when not given)
+    deleting: bool = False  # metadata.deletionTimestamp is set: the pod is terminating
+    annotations: Mapping[str, str] = EMPTY_MAP
+    ready: bool | None = None  # the Ready condition (None when not given)
+    started_at: str | None = None  # status.startTime, RFC 3339 as written
     _shape: ShapeKey | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -315,7 +320,7 @@ class Pod:
             requests = dict(self.requests)
             requests.setdefault("pods", 1)
             object.__setattr__(self, "requests", frozen_map(requests))
-        for name in ("labels", "node_selector"):
+        for name in ("labels", "node_selector", "annotations"):
             value = getattr(self, name)
             if not isinstance(value, FrozenMap):
                 object.__setattr__(self, name, frozen_map(dict(value)))
@@ -338,8 +343,28 @@ class Pod:
 
     @property
     def pending(self) -> bool:
-        """Waiting for a node: not bound, not gated."""
-        return self.node_name is None and not self.scheduling_gated
+        """Waiting for a node Karpenter should provide (upstream ``IsProvisionable``): not bound,
+        not gated, not finished or terminating, and not a DaemonSet's or a node's own pod
+        (those come with their node)."""
+        return (
+            self.node_name is None
+            and not self.scheduling_gated
+            and not self.terminal
+            and not self.deleting
+            and not self.is_daemonset
+            and not (self.owner is not None and self.owner.kind == "Node")
+        )
+
+    @property
+    def terminal(self) -> bool:
+        """Succeeded or Failed: it holds no resources and counts in no topology."""
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def counts_for_topology(self) -> bool:
+        """Upstream ``IgnoredForTopology``, negated: a bound pod that is neither finished nor
+        terminating."""
+        return not self.terminal and not self.deleting
 
     @property
     def shape_key(self) -> ShapeKey:

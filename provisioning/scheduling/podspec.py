@@ -80,7 +80,7 @@ def pod_from_manifest(manifest: Any) -> Pod:
             is_daemonset = owner.kind == "DaemonSet"
     uid = read_str(metadata.get("uid"), "metadata.uid") or None
     created = _timestamp(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
-    return parse_pod(
+    pod = parse_pod(
         metadata,
         manifest.get("spec"),
         path="",
@@ -91,6 +91,27 @@ def pod_from_manifest(manifest: Any) -> Pod:
         is_daemonset=is_daemonset,
         creation_timestamp=created,
     )
+    status = read_object(manifest.get("status"), "status")
+    phase = read_str(status.get("phase"), "status.phase")
+    ready = None
+    for i, condition in enumerate(read_list(status.get("conditions"), "status.conditions")):
+        condition = read_object(condition, f"status.conditions[{i}]")
+        if condition.get("type") == "Ready":
+            ready = read_str(condition.get("status"), f"status.conditions[{i}].status") == "True"
+    deleting = metadata.get("deletionTimestamp") is not None
+    annotations = read_str_map(metadata.get("annotations"), "metadata.annotations")
+    started = _timestamp(status.get("startTime"), "status.startTime")
+    if not (phase or deleting or annotations or ready is not None or started):
+        return pod
+    for slot, value in (
+        ("phase", phase),
+        ("deleting", deleting),
+        ("annotations", frozen_map(annotations) if annotations else pod.annotations),
+        ("ready", ready),
+        ("started_at", started),
+    ):
+        object.__setattr__(pod, slot, value)
+    return pod
 
 
 def pod_from_template(

@@ -23,6 +23,9 @@ from provisioning.scheduling.snapshot import NodePoolInput
 from provisioning.scheduling.taints import Taint, untolerated
 
 INF = float("inf")
+# Every node a NodePool launches gets these labels once it is up: DaemonSets may select them
+# (upstream adds them to a NodeClaim template's requirements for DaemonSets only).
+_REGISTERED = Requirements.from_labels({"karpenter.sh/registered": "true", "karpenter.sh/initialized": "true"})
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ class PoolModel:
         """Does this DaemonSet run on the pool's nodes? (taints, PreferNoSchedule tolerated)."""
         if untolerated(daemon.tolerations, self.taints, ignore_prefer_no_schedule=True) is not None:
             return False
-        return any(self.requirements.compatible(term) is None for term in daemon.requirements)
+        return any(self.requirements.merge(_REGISTERED).compatible(term) is None for term in daemon.requirements)
 
     def _overhead(self, types: list[InstanceType]) -> np.ndarray:
         """Per instance type, the summed requests of the DaemonSets that can run on it."""

@@ -92,7 +92,11 @@ class _Run:
         )
         self.prefer_no_schedule = any(t.effect == "PreferNoSchedule" for m in self.pools for t in m.taints)
         self.daemons = daemons
-        self.bins: list[Bin] = [self._existing(n) for n in snapshot.nodes]
+        # Initialized nodes first, then those still starting, each by name (upstream's order:
+        # consolidation should fill nodes that are up before ones that may still fail).
+        self.nodes = sorted(snapshot.nodes, key=lambda n: (not n.initialized, n.name))
+        self.bins: list[Bin] = [self._existing(n) for n in self.nodes]
+        self._node_by_name = {n.name: n for n in self.nodes}
         self.claims: list[Bin] = []
         self.counter = 0
         self._domain_cache: dict[tuple, frozenset[str]] = {}
@@ -107,10 +111,11 @@ class _Run:
                 for constraint in variant.constraints:
                     self.topology.group(constraint)
             self.topology.owns_inverse(pod)
-        for b, node in zip(self.bins, snapshot.nodes, strict=True):
+        for b, node in zip(self.bins, self.nodes, strict=True):
             labels = {**b.labels, HOSTNAME: b.domain(HOSTNAME) or b.name}
             for pod in node.pods:
-                self.topology.count_bound(pod, b.taints, labels)
+                if pod.counts_for_topology:
+                    self.topology.count_bound(pod, b.taints, labels)
         self.remaining = {m.name: self._limits(m) for m in self.pools}
         self._committed = {m.name: np.zeros(len(self.resources), dtype=np.int64) for m in self.pools}
         self.placed: dict[str, Bin] = {}
@@ -137,7 +142,7 @@ class _Run:
         if node.unschedulable:
             taints += (Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"),)
         labels = dict(node.labels)
-        ports = {port for pod in node.pods for port in pod.host_ports}
+        ports = {port for pod in node.pods if not pod.terminal for port in pod.host_ports}
         # DaemonSet pods the node should run and does not yet (a node just launched): their
         # requests and host ports are spoken for, as upstream reserves them.
         missing, daemon_ports = self._missing_daemons(node, taints, labels)
@@ -956,7 +961,7 @@ class _Run:
         )
 
     def _bound(self, b: Bin) -> int:
-        node = next((n for n in self.snapshot.nodes if n.name == b.name), None)
+        node = self._node_by_name.get(b.name)
         return len(node.pods) if node is not None else 0
 
     def _finish(self, b: Bin) -> ClaimPlan:

@@ -330,6 +330,8 @@ class _Verifier:
             return  # nothing new on it: what was already bound is not the plan's doing
         asked: dict[str, int] = defaultdict(int)
         for pod in node.pods:
+            if pod.terminal:
+                continue
             for resource, amount in pod.requests.items():
                 asked[resource] += amount
         bound_daemons: dict[str, int] = defaultdict(int)
@@ -420,7 +422,7 @@ class _Verifier:
         return found
 
     def check_topology(self) -> None:
-        every = [(pod, node) for node in self.nodes for pod in node.pods]
+        every = [(pod, node) for node in self.nodes for pod in node.pods if pod.counts_for_topology]
         spreads: dict[tuple, list[tuple[Pod, _Node]]] = defaultdict(list)
         affinities: dict[PodAffinityTerm, list[tuple[Pod, _Node]]] = defaultdict(list)
         antis: dict[PodAffinityTerm, list[tuple[Pod, _Node, bool]]] = defaultdict(list)
@@ -434,6 +436,8 @@ class _Verifier:
                 for term in pod.pod_anti_affinity.required:
                     antis[term].append((pod, node, True))
             for pod in node.bound:
+                if not pod.counts_for_topology:
+                    continue
                 for term in pod.pod_anti_affinity.required:
                     antis[term].append((pod, node, False))
         for (constraint, namespace, terms, tolerations), owners in spreads.items():
@@ -505,7 +509,7 @@ class _Verifier:
         for node in self.nodes:
             domains = node.domains(key)
             for pod in node.bound:
-                if len(domains) == 1 and counted(pod, node):
+                if len(domains) == 1 and pod.counts_for_topology and counted(pod, node):
                     counts[next(iter(domains))] += 1
         owner_keys = {pod.key for pod, _ in owners}
         # Replay the placements in the plan's order (kube-scheduler checks a spread when it binds

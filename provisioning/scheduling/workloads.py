@@ -72,13 +72,11 @@ MAX_REPLICAS = 100_000
 _SKIP_NOTES = {
     "CronJob": "creates pods only on its schedule; feed the Job it would create instead",
     "HorizontalPodAutoscaler": "autoscaling is not simulated; workloads keep their spec.replicas",
-    "PodDisruptionBudget": "affects disruption only, not provisioning",
     "PersistentVolumeClaim": "volume topology is not simulated",
     "PersistentVolume": "volume topology is not simulated",
     "StorageClass": "volume topology is not simulated",
     "PriorityClass": "pods use spec.priority; priorityClassName is not resolved",
     "NodeClaim": "NodeClaims are not read; describe running capacity as Node documents",
-    "Namespace": "namespaces need no capacity",
 }
 
 
@@ -99,6 +97,15 @@ class ExistingNode:
     capacity: Mapping[str, int] = EMPTY_MAP
     unschedulable: bool = False
     pods: tuple[Pod, ...] = ()
+    # Karpenter's node that has not finished initializing (no karpenter.sh/initialized yet):
+    # its startup and ephemeral taints are expected to go, and it is tried after the others.
+    initialized: bool = True
+    deleting: bool = False  # metadata.deletionTimestamp is set
+
+    @property
+    def managed(self) -> bool:
+        """Launched by a NodePool (it carries karpenter.sh/nodepool)."""
+        return "karpenter.sh/nodepool" in self.labels
 
     @property
     def hostname(self) -> str:
@@ -106,9 +113,11 @@ class ExistingNode:
         return self.labels.get("kubernetes.io/hostname", self.name)
 
     def requested(self) -> dict[str, int]:
-        """The summed requests of the pods bound to the node."""
+        """The summed requests of the pods bound to the node (finished ones hold nothing)."""
         total: dict[str, int] = {}
         for pod in self.pods:
+            if pod.terminal:
+                continue  # a finished pod holds nothing
             for resource, amount in pod.requests.items():
                 total[resource] = total.get(resource, 0) + amount
         return total
@@ -148,6 +157,7 @@ class ExistingNode:
             allocatable = read_resources(status.get("allocatable"), "status.allocatable")
         else:
             allocatable = capacity
+        managed = "karpenter.sh/nodepool" in labels
         return cls(
             name=name,
             labels=labels,
@@ -155,6 +165,8 @@ class ExistingNode:
             allocatable=frozen_map(allocatable),
             capacity=frozen_map(capacity),
             unschedulable=unschedulable,
+            initialized=not managed or labels.get("karpenter.sh/initialized") == "true",
+            deleting=metadata.get("deletionTimestamp") is not None,
         )
 
 
@@ -204,6 +216,8 @@ class Workloads:
     nodes: tuple[ExistingNode, ...] = ()
     policies: tuple[dict, ...] = ()
     skipped: tuple[Skipped, ...] = ()
+    namespaces: tuple[tuple[str, Mapping[str, str]], ...] = ()  # Namespace documents: name, labels
+    budgets: tuple[dict, ...] = ()  # PodDisruptionBudget documents, as given
 
     @property
     def pending(self) -> tuple[Pod, ...]:
@@ -343,6 +357,8 @@ def expand_all(documents: Iterable[Any], *, max_pods: int | None = None) -> Work
     nodes: list[ExistingNode] = []
     policies: list[dict] = []
     skipped: list[Skipped] = []
+    namespaces: list[tuple[str, Mapping[str, str]]] = []
+    budgets: list[dict] = []
     pod_sources: dict[str, tuple[str, str]] = {}
     daemonset_sources: dict[str, tuple[str, str]] = {}
     node_sources: dict[str, tuple[str, str]] = {}
@@ -358,6 +374,15 @@ def expand_all(documents: Iterable[Any], *, max_pods: int | None = None) -> Work
         kind = document["kind"]
         if kind in POLICY_KINDS:
             policies.append(document)
+            continue
+        if kind == "Namespace":
+            metadata = read_object(document.get("metadata"), "metadata")
+            ns = read_str(metadata.get("name"), "metadata.name", required=True)
+            labels = {"kubernetes.io/metadata.name": ns, **read_str_map(metadata.get("labels"), "metadata.labels")}
+            namespaces.append((ns, frozen_map(labels)))
+            continue
+        if kind == "PodDisruptionBudget":
+            budgets.append(document)
             continue
         if kind not in WORKLOAD_KINDS and kind != NODE_KIND:
             metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
@@ -391,7 +416,9 @@ def expand_all(documents: Iterable[Any], *, max_pods: int | None = None) -> Work
             if pod.node_name:
                 bound.setdefault(pod.node_name, []).append(pod)
         nodes = [replace(node, pods=tuple(bound[node.name])) if node.name in bound else node for node in nodes]
-    return Workloads(tuple(pods), tuple(daemonsets), tuple(nodes), tuple(policies), tuple(skipped))
+    return Workloads(
+        tuple(pods), tuple(daemonsets), tuple(nodes), tuple(policies), tuple(skipped), tuple(namespaces), tuple(budgets)
+    )
 
 
 def _claim(sources: dict[str, tuple[str, str]], key: str, document: str, where: str, what: str) -> None:

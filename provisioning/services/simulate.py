@@ -23,12 +23,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from provisioning import crd
 from provisioning.cloud.base import ResolvedNodeClass, Subnet
 from provisioning.cloud.catalog import Catalog
 from provisioning.crd.labels import NODEPOOL
+from provisioning.scheduling.frozen import frozen_map
 from provisioning.scheduling.plan import ClaimPlan, Plan
 from provisioning.scheduling.pods import PodError
 from provisioning.scheduling.quantity import QuantityError, to_int
@@ -76,6 +78,7 @@ def build_snapshot(
     zones: Sequence[str] | None = None,
     unavailable: Callable[[str], bool] | None = None,
     max_pods: int | None = None,
+    now: datetime | None = None,
 ) -> tuple[Snapshot, list[str]]:
     """The solver's input for ``documents`` (parsed YAML/JSON), and notes for people.
 
@@ -103,27 +106,125 @@ def build_snapshot(
         notes.append(f"skipped {what}: {skipped.note.removesuffix('; skipped')}")
 
     nodeclasses, nodepools = _validate_policies(workloads.policies, catalog, notes)
+    nodepools = _usable_nodepools(nodepools, notes)
+    moment = now or datetime.now(UTC)
+    nodes, rescheduled = _cluster_nodes(workloads, dict(nodepools), moment, notes)
     inputs = []
     for name, spec in nodepools:
-        nodepool = _nodepool_input(
-            name, spec, nodeclasses, catalog, resolved_zones, workloads.nodes, notes, unavailable
-        )
+        nodepool = _nodepool_input(name, spec, nodeclasses, catalog, resolved_zones, nodes, notes, unavailable)
         if nodepool is not None:
             inputs.append(nodepool)
     if not nodepools:
         notes.append("no NodePool in the input: no NodeClaim can be planned")
+    nodes = _fill_uninitialized(nodes, inputs)
 
     listed = {node.name for node in workloads.nodes}
     for pod in workloads.pods:
         if pod.node_name and pod.node_name not in listed:
             notes.append(f"pod {pod.key} is bound to node {pod.node_name}, which is not in the input; ignored")
     snapshot = Snapshot(
-        pods=workloads.pending,
+        pods=workloads.pending + tuple(rescheduled),
         nodepools=tuple(inputs),
-        nodes=workloads.nodes,
+        nodes=tuple(nodes),
         daemonsets=workloads.daemonsets,
+        namespaces=dict(workloads.namespaces),
     )
     return snapshot, notes
+
+
+# Taints a node carries while it starts, which go once it is initialized (upstream
+# ``KnownEphemeralTaints``), and the prefix of the Node Readiness Controller's taints.
+EPHEMERAL_TAINTS = frozenset(
+    {
+        ("node.kubernetes.io/not-ready", "NoSchedule"),
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+        ("node.kubernetes.io/unreachable", "NoSchedule"),
+        ("node.cloudprovider.kubernetes.io/uninitialized", "NoSchedule"),
+        ("karpenter.sh/unregistered", "NoExecute"),
+    }
+)
+EPHEMERAL_TAINT_PREFIXES = ("readiness.k8s.io/",)
+DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
+
+
+def _usable_nodepools(nodepools: list[tuple[str, dict[str, Any]]], notes: list[str]) -> list[tuple[str, dict]]:
+    """The NodePools that may launch: not being deleted, and Ready when their status says."""
+    out = []
+    for name, spec, document in nodepools:
+        metadata = document.get("metadata") or {}
+        if metadata.get("deletionTimestamp"):
+            notes.append(f"NodePool {name}: being deleted; it launches no NodeClaims")
+            continue
+        ready = next(
+            (c for c in (document.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"), None
+        )
+        if ready is not None and ready.get("status") != "True":
+            notes.append(f"NodePool {name}: not Ready ({ready.get('reason') or ready.get('status')}); left out")
+            continue
+        out.append((name, spec))
+    return out
+
+
+def _cluster_nodes(
+    workloads, nodepools: Mapping[str, dict[str, Any]], now: datetime, notes: list[str]
+) -> tuple[list[ExistingNode], list]:
+    """The nodes pods may go to, and the pods of nodes being deleted that need a new home.
+
+    A node marked for deletion (being deleted, or tainted karpenter.sh/disrupted) takes no
+    pods; its pods that will be evicted and should run elsewhere are planned as pending (not
+    DaemonSet or mirror pods, not those a PodDisruptionBudget blocks for good or that ask not
+    to be disrupted). A NodePool's node that has not finished initializing keeps neither its
+    startup taints nor the ephemeral ones: they are expected to go.
+    """
+    from provisioning.disruption.eviction import Limits, budget_from_manifest
+
+    every_pod = [p for n in workloads.nodes for p in n.pods]
+    limits = Limits(budget_from_manifest(b, every_pod) for b in workloads.budgets)
+    nodes: list[ExistingNode] = []
+    rescheduled = []
+    for node in workloads.nodes:
+        if node.deleting or any(t.key == DISRUPTED_TAINT_KEY for t in node.taints):
+            moving = [p for p in node.pods if limits.currently_reschedulable(p, now)]
+            rescheduled += [replace(p, node_name=None, deleting=False) for p in moving]
+            if moving:
+                notes.append(f"node {node.name} is being deleted: {len(moving)} of its pods are planned elsewhere")
+            continue
+        if node.managed and not node.initialized:
+            spec = nodepools.get(node.labels.get(NODEPOOL, "")) or {}
+            startup = taints_from_list(((spec.get("template") or {}).get("spec") or {}).get("startupTaints"))
+            kept = tuple(
+                t
+                for t in node.taints
+                if (t.key, t.effect) not in EPHEMERAL_TAINTS
+                and not t.key.startswith(EPHEMERAL_TAINT_PREFIXES)
+                and not any((s.key, s.effect) == (t.key, t.effect) for s in startup)
+            )
+            if len(kept) != len(node.taints):
+                node = replace(node, taints=kept)
+        nodes.append(node)
+    return nodes, rescheduled
+
+
+def _fill_uninitialized(nodes: list[ExistingNode], inputs: Sequence[NodePoolInput]) -> list[ExistingNode]:
+    """A NodePool's node not initialized yet may report zeros the kubelet has not filled in
+    (GPUs, even cpu): its instance type's figures stand in for them, as upstream takes its
+    NodeClaim's."""
+    types = {(p.name, t.name): t for p in inputs for t in p.instance_types}
+    out = []
+    for node in nodes:
+        it = types.get((node.labels.get(NODEPOOL, ""), node.labels.get("node.kubernetes.io/instance-type", "")))
+        if node.managed and not node.initialized and it is not None:
+            allocatable = dict(node.allocatable)
+            capacity = dict(node.capacity)
+            for name, amount in it.allocatable.items():
+                if not allocatable.get(name):
+                    allocatable[name] = amount
+            for name, amount in it.capacity.items():
+                if not capacity.get(name):
+                    capacity[name] = amount
+            node = replace(node, allocatable=frozen_map(allocatable), capacity=frozen_map(capacity))
+        out.append(node)
+    return out
 
 
 def resolve_zones(zones: Sequence[str], catalog: Catalog) -> tuple[str, ...]:
@@ -147,7 +248,7 @@ def resolve_zones(zones: Sequence[str], catalog: Catalog) -> tuple[str, ...]:
 
 def _validate_policies(
     policies: Sequence[dict], catalog: Catalog, notes: list[str]
-) -> tuple[dict[str, dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+) -> tuple[dict[str, dict[str, Any]], list[tuple[str, dict[str, Any], dict]]]:
     """EC2NodeClass specs by name and NodePool specs in document order, defaulted;
     every error of every document at once."""
     problems: list[str] = []
@@ -172,7 +273,7 @@ def _validate_policies(
         seen.add((kind, name))
         spec = crd.default(document).get("spec") or {}
         if kind == crd.NODEPOOL.kind:
-            nodepools.append((name, spec))
+            nodepools.append((name, spec, document))
         else:
             nodeclasses[name] = spec
     if problems:

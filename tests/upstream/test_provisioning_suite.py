@@ -260,11 +260,6 @@ def test_should_provision_nodes_for_multiple_pods(env):
         env.scheduled(p)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: a NodePool with metadata.deletionTimestamp is still used (build_snapshot does not skip "
-    "deleting NodePools; upstream ignores them)",
-)
 def test_should_ignore_nodepools_that_are_deleting(env):
     """Provisioning / should ignore NodePools that are deleting"""
     env.apply(node_pool(deletion_timestamp="2024-01-01T00:00:00Z"))
@@ -274,11 +269,6 @@ def test_should_ignore_nodepools_that_are_deleting(env):
     env.not_scheduled(p)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: a NodePool with metadata.deletionTimestamp is still used (build_snapshot does not skip "
-    "deleting NodePools; upstream ignores them)",
-)
 def test_should_mark_pod_as_unschedulable_if_there_are_no_valid_nodepools(env):
     """Provisioning / should mark pod as unschedulable if there are no valid nodepools
 

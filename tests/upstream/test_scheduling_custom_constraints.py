@@ -380,14 +380,6 @@ def test_should_schedule_pods_that_have_node_selectors_with_label_in_wellknown_l
 # ------------------------------------------------------------------ Scheduling Logic
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "solver: build_snapshot (the reader feeding THE solver, as provisioning.services.provision does) ignores "
-        "NodePool status.conditions, so a NodePool with Ready=False still gets claims; upstream's provisioner "
-        "schedules only against Ready NodePools"
-    ),
-)
 def test_should_not_schedule_pods_with_nodepool_which_is_not_ready(env: Env):
     """Scheduling / Custom Constraints / Scheduling Logic / should not schedule pods with nodePool which is not ready
 

@@ -267,11 +267,6 @@ def test_should_schedule_multiple_pods_to_an_existing_node_unowned_by_karpenter(
         assert env.scheduled(p).name == existing["metadata"]["name"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: existing nodes are tried in input order, so the pod goes to the first (uninitialized) "
-    "node; upstream tries initialized nodes before uninitialized ones",
-)
 def test_should_order_initialized_nodes_for_scheduling_uninitialized_nodes(env: Env):
     """Scheduling / Existing Nodes / should order initialized nodes for scheduling uninitialized nodes
 
@@ -359,12 +354,6 @@ def test_should_not_bind_pods_to_nodes(env: Env):
     assert len(env.nodes()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: a registered, not yet initialized node's zeroed status (no cpu, no nvidia.com/gpu) is taken "
-    "as it is, so a second node is launched; upstream fills the node's zero resources from its NodeClaim (the "
-    "instance type) until the node is initialized",
-)
 def test_should_handle_resource_zeroing_of_extended_resources_by_kubelet(env: Env):
     """Scheduling / No Pre-Binding / should handle resource zeroing of extended resources by kubelet
 
@@ -406,12 +395,6 @@ def test_should_respect_self_pod_affinity_without_pod_binding_zone(env: Env):
 # ============================================================== Deleting Nodes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: pods bound to a node being deleted (deletionTimestamp, karpenter.sh/disrupted taint) are not "
-    "planned again, so no replacement is launched; upstream re-plans a deleting node's active pods and launches "
-    "a node for them",
-)
 def test_should_re_schedule_pods_from_a_deleting_node_when_pods_are_active(env: Env):
     """Scheduling / Deleting Nodes / should re-schedule pods from a deleting node when pods are active"""
     env.apply(fake_catalog_pool())
@@ -494,11 +477,6 @@ def test_should_not_reschedule_pods_from_a_deleting_node_when_pods_are_not_activ
     assert len(env.nodes()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: a terminating StatefulSet pod on a node being deleted is not planned again; upstream re-plans "
-    "it (its replacement pod keeps the name) and launches a node for it",
-)
 def test_should_reschedule_pods_from_a_deleting_node_when_pods_are_not_active_and_they_are_owned_by_a_statefulset(
     env: Env,
 ):

@@ -692,14 +692,6 @@ def test_should_assume_pod_will_schedule_to_a_tainted_node_with_no_taints(env):
     assert env.scheduled(second).name == node1.name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "solver: an uninitialized node's (no karpenter.sh/initialized) node.kubernetes.io/not-ready:NoExecute"
-        " taint blocks the pod and a second node is launched; upstream ignores known ephemeral taints until "
-        "the node is initialized"
-    ),
-)
 def test_should_assume_pod_will_schedule_to_a_node_with_ephemeral_taint_node_kubernetes_io_not_ready_noexecute_when_the_node_is_uninitialized(  # noqa: E501
     env,
 ):
@@ -741,13 +733,6 @@ def test_should_not_assume_pod_will_schedule_to_a_tainted_node(env):
     assert env.scheduled(second).name != node1.name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "solver: the NodePool's startupTaints on its uninitialized in-flight node block the pod and a second "
-        "node is launched; upstream ignores a managed node's startup taints until it is initialized"
-    ),
-)
 def test_should_assume_pod_will_schedule_to_a_tainted_node_with_a_custom_startup_taint(env):
     """In-Flight Nodes / Taints / should assume pod will schedule to a tainted node with a custom startup taint
 
@@ -877,14 +862,6 @@ def test_should_handle_unexpected_daemonset_pods_binding_to_the_node(env):
     assert env.scheduled(second).name != node1.name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "solver: DaemonSets requiring karpenter.sh/initialized=true or karpenter.sh/registered=true are not "
-        "counted as overhead of new NodeClaims (the claim requests 2 cpu, upstream 4): the NodePool does not "
-        "define those keys and they are not well-known labels; upstream knows every node gets both"
-    ),
-)
 def test_should_properly_handle_daemonset_resources_with_node_affinity_for_karpenter_sh_initialized_and_karpenter_sh_registered(  # noqa: E501
     env,
 ):
@@ -956,13 +933,6 @@ def test_should_not_launch_a_second_node_if_there_is_an_in_flight_node_that_can_
     assert len(env.nodes()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "solver: existing nodes are tried in input order, so the pod goes to the first uninitialized "
-        "(in-flight) node; upstream tries initialized nodes before uninitialized ones"
-    ),
-)
 def test_should_order_initialized_nodes_for_scheduling_uninitialized_nodes_when_all_other_nodes_are_inflight(env):
     """In-Flight Nodes / should order initialized nodes for scheduling uninitialized nodes when all other nodes are inflight
 
