@@ -113,7 +113,9 @@ def test_unavailable_offerings_are_never_chosen():
 
 def test_at_most_max_instance_types_options_per_claim():
     plan = plan_for(pods("web", 1), pool(), max_instance_types=3)
-    assert len(plan.claims[0].options) == 3
+    options = plan.claims[0].options
+    assert len({o.instance_type for o in options}) == 3
+    assert len(options) == 9  # each type in each of the three zones, for the launch to fall back to
 
 
 # ------------------------------------------------------------------ requirements
@@ -414,9 +416,17 @@ def test_min_values_keep_enough_distinct_values_in_the_options():
         "values": ["c5", "m5", "r5"],
         "minValues": 3,
     }
-    plan = plan_for(pods("web", 1), pool("general", families), max_instance_types=1)
+    plan = plan_for(pods("web", 1), pool("general", families))
     options = plan.claims[0].options
-    assert len({o.instance_type.split(".")[0] for o in options}) == 3  # kept past the cap of 1
+    assert len({o.instance_type.split(".")[0] for o in options}) == 3
+    # Truncated to one option, the claim cannot meet minValues: Strict leaves the pod pending,
+    # BestEffort launches it with minValues lowered to what the option offers, and says so.
+    strict = plan_for(pods("web", 1), pool("general", families), max_instance_types=1)
+    assert not strict.claims and "minValues" in strict.unschedulable["default/web-0"]
+    relaxed = plan_for(pods("web", 1), pool("general", families), max_instance_types=1, min_values_policy="BestEffort")
+    (claim,) = relaxed.claims
+    assert claim.annotations["karpenter.sh/nodeclaim-min-values-relaxed"] == "true"
+    assert claim.requirements["karpenter.k8s.aws/instance-family"].min_values == 1
     narrow = pods("web", 1, nodeSelector={"karpenter.k8s.aws/instance-family": "c5"})
     plan = plan_for(narrow, pool("general", families))
     assert "minValues" in plan.unschedulable["default/web-0"]

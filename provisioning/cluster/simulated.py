@@ -305,6 +305,8 @@ def register_launched(delay_seconds: float, instance_type_of: Callable[[str], In
             continue
         name = f"ip-{claim.instance_id.removeprefix('i-')[:12]}.ec2.internal"
         labels = {r["key"]: r["values"][0] for r in claim.spec.get("requirements", []) if _single(r)}
+        labels.update(claim.spec.get("labels") or {})
+        labels.update({"karpenter.sh/registered": "true", "karpenter.sh/initialized": "true"})
         manifest = node_manifest(
             name,
             it,

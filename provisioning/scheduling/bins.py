@@ -33,6 +33,7 @@ class Bin:
     price: float = 0.0  # ... and its price
     origin: str = ""  # the pod that opened a claim, for explanations
     stale: bool = False  # planned claims: ``idx`` may still hold types too small for ``used``
+    min_values_relaxed: bool = False  # planned claims: BestEffort lowered its minValues
 
     @property
     def existing(self) -> bool:

@@ -30,6 +30,8 @@ class ClaimPlan:
     why: str = ""  # why the first option won, for people
     alternatives: tuple[InstanceTypeOption, ...] = ()  # the next cheapest, for the decision page
     opened_by: str = ""  # the pod that no existing node or planned claim could take
+    labels: Mapping[str, str] = field(default_factory=dict)  # the NodeClaim's labels (NodePool and custom keys)
+    annotations: Mapping[str, str] = field(default_factory=dict)  # the NodeClaim's annotations
 
     @property
     def chosen(self) -> InstanceTypeOption:

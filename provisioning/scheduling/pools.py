@@ -167,9 +167,41 @@ class PoolModel:
             self._type_label_cache[key] = values
         return values
 
+    def offered_values(self, key: str, requirements: Requirements, mask: np.ndarray) -> set[str]:
+        """The values of ``key`` the types of ``mask`` offer under ``requirements``: from their
+        allowed offerings for zone and capacity type, from their labels otherwise."""
+        requirement = requirements.get(key)
+        if key in (ZONE, CAPACITY_TYPE):
+            zone, ct = requirements.get(ZONE), requirements.get(CAPACITY_TYPE)
+            values = {
+                o.zone if key == ZONE else o.capacity_type
+                for i in np.flatnonzero(mask)
+                for o in self.offerings[i]
+                if self._allowed(o, zone, ct)
+            }
+        else:
+            values = {v for v in self.label_values(key)[mask] if v is not None}
+        return {v for v in values if requirement is None or requirement.has(v)}
+
+    def relax_min_values(self, requirements: Requirements, mask: np.ndarray) -> Requirements:
+        """``requirements`` with each minValues lowered to the distinct values the types of
+        ``mask`` offer (BestEffort); the same object when nothing needs lowering."""
+        from dataclasses import replace
+
+        changed = []
+        for key, requirement in requirements.items():
+            if requirement.min_values:
+                offered = self.offered_values(key, requirements, mask)
+                if len(offered) < requirement.min_values:
+                    changed.append(replace(requirement, min_values=len(offered) or None))
+        if not changed:
+            return requirements
+        keys = {c.key for c in changed}
+        return Requirements([r for k, r in requirements.items() if k not in keys] + changed)
+
     def min_values_ok(self, requirements: Requirements, mask: np.ndarray) -> bool:
         for key, requirement in requirements.items():
-            if requirement.min_values and len(set(self.label_values(key)[mask])) < requirement.min_values:
+            if requirement.min_values and len(self.offered_values(key, requirements, mask)) < requirement.min_values:
                 return False
         return True
 
@@ -201,13 +233,21 @@ class PoolModel:
         return idx[priced][np.lexsort((self.names[idx[priced]], prices[priced]))]
 
     def options_in_order(self, order: np.ndarray, requirements: Requirements) -> list[InstanceTypeOption]:
-        """The types ``order``, each at its cheapest offering the requirements allow."""
-        _, choice = self._priced(requirements)
-        out = []
-        for i in order:
-            o = self.offerings[i][choice[i]]
-            out.append(InstanceTypeOption(self.types[i].name, o.capacity_type, o.zone, float(o.price)))
-        return out
+        """Every offering of the types ``order`` the requirements allow (each type in each of
+        its zones and capacity types: what a launch may fall back to), cheapest first; equal
+        prices in the order of ``order``, then by zone."""
+        zone, ct = requirements.get(ZONE), requirements.get(CAPACITY_TYPE)
+        rows = []
+        for rank, i in enumerate(order):
+            name = self.types[i].name
+            for o in self.offerings[i]:
+                if self._allowed(o, zone, ct):
+                    rows.append((float(o.price), rank, o.zone, o.capacity_type, name))
+        rows.sort()
+        return [
+            InstanceTypeOption(name, capacity_type, zone_name, price)
+            for price, _, zone_name, capacity_type, name in rows
+        ]
 
     def prices(self, requirements: Requirements) -> np.ndarray:
         """Per type, the price of its cheapest offering the requirements allow (inf: none)."""

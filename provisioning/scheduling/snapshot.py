@@ -29,6 +29,7 @@ class NodePoolInput:
     limits: Mapping[str, int] = field(default_factory=dict)  # cpu (m), memory (bytes), nodes, ...
     in_use: Mapping[str, int] = field(default_factory=dict)  # capacity of its existing nodes, and "nodes"
     nodeclass: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)  # spec.template.metadata.annotations
 
 
 @dataclass(frozen=True)

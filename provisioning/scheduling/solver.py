@@ -27,11 +27,12 @@ Upstream's algorithm, made fast and then cheaper:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
-from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, ZONE
+from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, WELL_KNOWN_LABELS, ZONE
 from provisioning.scheduling.bins import Bin, port_conflict, ports_conflict
 from provisioning.scheduling.claimtable import ClaimTable
 from provisioning.scheduling.integral import pack
@@ -91,6 +92,7 @@ class _Run:
             (PoolModel(p, self.resources, daemons) for p in snapshot.nodepools), key=lambda m: (-m.pool.weight, m.name)
         )
         self.prefer_no_schedule = any(t.effect == "PreferNoSchedule" for m in self.pools for t in m.taints)
+        self.best_effort = snapshot.min_values_policy == "BestEffort"
         self.daemons = daemons
         # Initialized nodes first, then those still starting, each by name (upstream's order:
         # consolidation should fill nodes that are up before ones that may still fail).
@@ -620,6 +622,12 @@ class _Run:
             if isinstance(tightened, Blocked):
                 return None
             requirements = tightened
+        relaxed = False
+        if self.best_effort and requirements.has_min_values:
+            # BestEffort: a new claim lowers each minValues to what the types that fit offer.
+            lowered = model.relax_min_values(requirements, model.fits(model.type_mask(requirements), vector * count))
+            relaxed = lowered is not requirements
+            requirements = lowered
         types = self._new_claim_types(model, requirements, vector, count)
         if types is None:
             return None
@@ -632,6 +640,7 @@ class _Run:
             pool=model,
             origin=pod.key,
             ports=set(model.daemon_ports),
+            min_values_relaxed=relaxed,
         )
         self._set_idx(b, *types)
         self._claim_index[id(b)] = len(self.claims)
@@ -895,8 +904,10 @@ class _Run:
             return f"its limits ({_limits(model)}) leave no room for another node that fits"
         if "nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0:
             return f"its node limit ({model.pool.limits['nodes']}) is reached"
-        if not model.min_values_ok(requirements, fits):
-            return "the instance types that fit do not meet the minValues of its requirements"
+        if not self.best_effort and not model.min_values_ok(requirements, fits):
+            unmet = requirements.min_values_satisfied([t.labels for t, ok in zip(model.types, fits, strict=True) if ok])
+            detail = f": {unmet.message}" if unmet is not None else ""
+            return f"the instance types that fit do not meet the minValues of its requirements{detail}"
         if self._topological(pod, variant):
             blocked = self.topology.tighten(
                 pod,
@@ -948,32 +959,59 @@ class _Run:
         return len(self.unschedulable), round(sum(b.price for b in self.claims if b.pods), 6)
 
     def plan(self, solve_seconds: float) -> Plan:
-        claims = tuple(self._finish(b) for b in self.claims if b.pods)
+        claims = []
+        unschedulable = dict(self.unschedulable)
+        for b in self.claims:
+            if not b.pods:
+                continue
+            finished = self._finish(b)
+            if isinstance(finished, str):  # its cheapest options do not meet minValues (Strict)
+                for pod in b.pods:
+                    unschedulable[pod.key] = finished
+                continue
+            claims.append(finished)
         existing = {b.name: tuple(p.key for p in b.pods[self._bound(b) :]) for b in self.bins}
+        placed = {key for claim in claims for key in claim.pods} | {k for keys in existing.values() for k in keys}
         return Plan(
-            claims=claims,
+            claims=tuple(claims),
             existing={k: v for k, v in existing.items() if v},
-            unschedulable=dict(self.unschedulable),
+            unschedulable=unschedulable,
             solve_seconds=solve_seconds,
             unreached=tuple(self.unreached),
             stats={"pods": len(self.snapshot.pods), "strategy": self.strategy},
-            order=tuple(self.order),
+            order=tuple(key for key in self.order if key in placed),
         )
 
     def _bound(self, b: Bin) -> int:
         node = self._node_by_name.get(b.name)
         return len(node.pods) if node is not None else 0
 
-    def _finish(self, b: Bin) -> ClaimPlan:
+    def _finish(self, b: Bin) -> ClaimPlan | str:
+        """The claim as launched: its cheapest ``max_instance_types`` options (upstream's
+        truncation), labels and annotations. Under the Strict minValues policy, options that
+        no longer meet a minValues leave the claim out, and the reason is returned."""
         model = b.pool
         assert model is not None and b.idx is not None
         limit = self.snapshot.max_instance_types
-        if b.requirements.has_min_values:
-            # Keep as many beyond the cap as minValues needs, cheapest first.
+        requirements = b.requirements
+        relaxed = b.min_values_relaxed
+        if requirements.has_min_values:
             self._exact(b)
-            options = model.options(b.mask, b.requirements)
-            labels = [model.types[model.index_of(o.instance_type)].labels for o in options]
-            options = options[: max(limit, b.requirements.min_values_prefix(labels) or 0)]
+            options = model.options(b.mask, requirements, limit)
+            labels = [
+                {**model.types[model.index_of(o.instance_type)].labels, ZONE: o.zone, CAPACITY_TYPE: o.capacity_type}
+                for o in options
+            ]  # one per offering: zones and capacity types count as the types' labels do
+            if requirements.min_values_prefix(labels) is None:
+                if not self.best_effort:
+                    unmet = requirements.min_values_satisfied(labels)
+                    detail = unmet.message if unmet is not None else "minValues"
+                    return (
+                        f"NodePool {model.name} could not meet minValues with its {len(options)} cheapest "
+                        f"instance types (at most {limit} are launched with): {detail}"
+                    )
+                requirements = _lowered(requirements, labels)
+                relaxed = True
             types = Requirement.of("node.kubernetes.io/instance-type", IN, [o.instance_type for o in options])
         else:
             options, types = self._cheapest_options(b, limit)
@@ -981,7 +1019,7 @@ class _Run:
         index = model.index_of(chosen.instance_type)
         requests = {r: int(v) for r, v in zip(self.resources, b.used + model.overhead[index], strict=True) if v}
         pods = tuple(p.key for p in b.pods)
-        requirements = b.requirements.add(types)
+        requirements = requirements.add(types)
         return ClaimPlan(
             name=b.name,
             nodepool=model.name,
@@ -990,8 +1028,10 @@ class _Run:
             pods=pods,
             requests=requests,
             why=_why_chosen(chosen, options, len(pods), requests),
-            alternatives=tuple(options[1:6]),
+            alternatives=_alternatives(options),
             opened_by=b.origin,
+            labels=_claim_labels(model, requirements),
+            annotations={**model.pool.annotations, MIN_VALUES_RELAXED: "true" if relaxed else "false"},
         )
 
 
@@ -1024,6 +1064,39 @@ def solve(snapshot: Snapshot, clock: Callable[[], float] = time.perf_counter) ->
 def _queue_order(group: Sequence[Pod]) -> tuple:
     pod = group[0]
     return (-pod.requests.get("cpu", 0), -pod.requests.get("memory", 0), pod.creation_timestamp or "", pod.key)
+
+
+MIN_VALUES_RELAXED = "karpenter.sh/nodeclaim-min-values-relaxed"
+
+
+def _lowered(requirements: Requirements, labels: Sequence[Mapping[str, str]]) -> Requirements:
+    """``requirements`` with each minValues lowered to the distinct values ``labels`` offer."""
+    changed = []
+    for key, requirement in requirements.items():
+        if requirement.min_values:
+            offered = len({v for lab in labels if (v := lab.get(key)) is not None and requirement.has(v)})
+            if offered < requirement.min_values:
+                changed.append(replace(requirement, min_values=offered or None))
+    if not changed:
+        return requirements
+    return Requirements([r for k, r in requirements.items() if k not in {c.key for c in changed}] + changed)
+
+
+def _claim_labels(model: PoolModel, requirements: Requirements) -> dict[str, str]:
+    """The labels a NodeClaim is created with (upstream's NodeClaimTemplate): its NodePool's
+    template labels and a value each requirement on a custom key allows. Well-known keys get
+    theirs from the instance the cloud launches."""
+    labels = dict(model.pool.labels)
+    for key, requirement in requirements.items():
+        if key in labels or key in WELL_KNOWN_LABELS or key == HOSTNAME or key in _SIMULATION_KEYS:
+            continue
+        value = requirement.any_value()
+        if value is not None:
+            labels[key] = value
+    return labels
+
+
+_SIMULATION_KEYS = frozenset({"karpenter.sh/registered", "karpenter.sh/initialized"})
 
 
 def _for_good(blocked: Blocked) -> bool:
@@ -1098,14 +1171,28 @@ def _limits(model: PoolModel) -> str:
     return ", ".join(f"{k} {format_quantity(k, v)}" for k, v in model.pool.limits.items())
 
 
+def _alternatives(options: Sequence[InstanceTypeOption], count: int = 5) -> tuple[InstanceTypeOption, ...]:
+    """The next cheapest instance types after the chosen one, each at its cheapest offering."""
+    seen = {options[0].instance_type}
+    out = []
+    for option in options[1:]:
+        if option.instance_type not in seen:
+            seen.add(option.instance_type)
+            out.append(option)
+            if len(out) == count:
+                break
+    return tuple(out)
+
+
 def _why_chosen(chosen: InstanceTypeOption, options: Sequence[InstanceTypeOption], pods: int, requests) -> str:
     asks = ", ".join(f"{format_quantity(k, v)} {k}" for k, v in requests.items() if k in ("cpu", "memory"))
+    types = len({o.instance_type for o in options})
     text = (
         f"{chosen.instance_type} ({chosen.capacity_type}, {chosen.zone}) at ${chosen.price:.4f}/h is the cheapest of "
-        f"{len(options)} instance types that hold its {pods} pod{'s' if pods != 1 else ''} "
+        f"{types} instance types that hold its {pods} pod{'s' if pods != 1 else ''} "
         f"({asks}, DaemonSets included)"
     )
-    if len(options) > 1:
-        runner = options[1]
-        text += f"; next: {runner.instance_type} {runner.capacity_type} ${runner.price:.4f}/h"
+    runner = _alternatives(options, 1)
+    if runner:
+        text += f"; next: {runner[0].instance_type} {runner[0].capacity_type} ${runner[0].price:.4f}/h"
     return text

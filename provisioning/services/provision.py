@@ -495,6 +495,8 @@ def _claim(planned: ClaimPlan, nodepool: NodePool | None, decision, disruption, 
         "expireAfter": template.get("expireAfter", "720h"),
         "nodeClassRef": template.get("nodeClassRef") or {},
         "driftHashes": hashes_of(planned.nodepool, nodeclass),
+        "labels": dict(planned.labels),
+        "annotations": dict(planned.annotations),
     }
     return NodeClaim(
         name=f"{planned.nodepool}-{secrets.token_hex(3)}",

@@ -344,6 +344,7 @@ def _nodepool_input(
         limits=limits,
         in_use=_in_use(name, nodes),
         nodeclass=ref,
+        annotations={str(k): str(v) for k, v in ((template.get("metadata") or {}).get("annotations") or {}).items()},
     )
 
 

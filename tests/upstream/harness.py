@@ -531,7 +531,17 @@ class Env:
         )
         from dataclasses import replace
 
-        return replace(snapshot, max_instance_types=self.max_instance_types, **self.snapshot_options)
+        from provisioning.cluster.base import is_pending
+
+        # The cluster watch records as pending only pods kube-scheduler marked Unschedulable
+        # (upstream's IsProvisionable); a bare unbound Pod document is not one of them.
+        waiting = {
+            key_of(o)
+            for o in self.objects.values()
+            if o["kind"] == "Pod" and not (o.get("spec") or {}).get("nodeName") and not is_pending(o)
+        }
+        pods = tuple(p for p in snapshot.pods if p.key not in waiting)
+        return replace(snapshot, pods=pods, max_instance_types=self.max_instance_types, **self.snapshot_options)
 
     def provision(self, *pods: Manifest | Iterable[Manifest], bind: bool = True) -> Result:
         """``ExpectProvisioned``: apply ``pods``, solve every pending pod of the cluster, launch
@@ -578,6 +588,7 @@ class Env:
             if key == HOSTNAME or req.complement or len(req.values) != 1:
                 continue
             labels[key] = next(iter(req.values))
+        labels.update(claim.labels)
         tspec = template.get("spec") or {}
         taints = list(tspec.get("taints") or ()) + list(tspec.get("startupTaints") or ())
         name = random_name("node")
@@ -660,7 +671,8 @@ class Env:
         per domain of its key (hostname counts by node name). Compare with ``sorted(...values())``
         as upstream's ``ConsistOf``."""
         raw = constraint.get("labelSelector")
-        selector = LabelSelector.from_manifest(raw, "labelSelector") if raw is not None else None
+        # Upstream lists the pods with the selector, and a nil one lists every pod.
+        selector = LabelSelector.from_manifest(raw if raw is not None else {}, "labelSelector")
         nodes = {m["metadata"]["name"]: m for m in self.of_kind("Node")}
         counts: Counter = Counter()
         key = constraint["topologyKey"]
@@ -670,7 +682,7 @@ class Env:
                 continue
             if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed") or meta.get("deletionTimestamp"):
                 continue
-            if selector is None or not selector.matches(meta.get("labels") or {}):
+            if not selector.matches(meta.get("labels") or {}):
                 continue
             node_name = (p.get("spec") or {}).get("nodeName")
             if not node_name or node_name not in nodes:
@@ -696,3 +708,11 @@ def _verify(snapshot: Snapshot, plan: Plan) -> list:
 def skew_values(counts: Counter) -> list[int]:
     """``ConsistOf(...)`` as a sorted list."""
     return sorted(counts.values())
+
+
+def mark_spot_unavailable(env: Env, zone: str = ZONE_3) -> None:
+    """Every spot offering of ``zone`` out of capacity (the ICE cache): upstream's fake types offer
+    only on-demand in test-zone-3."""
+    for instance_type, spot_zone in env.catalog.spot:
+        if spot_zone == zone:
+            env.mark_unavailable("spot", instance_type, zone)

@@ -586,14 +586,6 @@ def test_should_schedule_respecting_the_minvalues_in_gt_operator(env):
     _expect_two_nodes_of_two_types(env, result, pod1, pod2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "solver: the pods stay pending, but the reason ('the instance types that fit do not meet the minValues of "
-        "its requirements') does not name the label; upstream's says 'minValues requirement is not met for "
-        "label(s) (label(s)=[<key>])'"
-    ),
-)
 def test_scheduler_should_fail_if_the_minvalues_in_gt_operator_is_not_satisfied(env):
     """Instance Type Selection / MinValues / scheduler should fail if the minValues in Gt operator is not satisfied
     numerical-value 2, 3 → instance generation: x2gd.medium (2), c4.large (4)."""  # noqa: E501
@@ -715,14 +707,6 @@ def test_schedule_should_fail_if_minimum_number_of_instancetypes_is_not_met_as_p
     env.not_scheduled(pod)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "solver: keeps as many options beyond max_instance_types as minValues needs (2 with a maximum of 1) and "
-        "launches; upstream truncates to MaxInstanceTypes and, with MinValuesPolicy Strict, drops the NodeClaim and "
-        "leaves its pods pending"
-    ),
-)
 def test_schedule_should_fail_if_minimum_number_of_instancetypes_is_not_met_as_per_the_minvalues_in_the_requirement_after_truncation(  # noqa: E501
     env,
 ):

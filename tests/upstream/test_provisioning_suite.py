@@ -888,11 +888,6 @@ def test_should_not_account_for_daemonset_hostports_when_daemonset_would_not_sch
 # ------------------------------------------------------------------ Annotations
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: the NodePool template's annotations are not carried to the NodeClaim (ClaimPlan has no "
-    "annotations; upstream annotates the NodeClaim and its Node)",
-)
 def test_should_annotate_nodes(env):
     """Provisioning / Annotations / should annotate nodes
 
@@ -907,11 +902,6 @@ def test_should_annotate_nodes(env):
 # ------------------------------------------------------------------ Labels
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: NotIn/Lt/Gt/Exists requirements on custom keys give the node no label (only single-valued In "
-    "requirements become labels, here and in cluster.simulated; upstream labels the node with a value each allows)",
-)
 def test_should_label_nodes(env):
     """Provisioning / Labels / should label nodes"""
     np = node_pool(
@@ -1467,7 +1457,6 @@ def test_should_not_schedule_when_minvalues_requirement_is_not_met(env):
     env.not_scheduled(p)
 
 
-@pytest.mark.xfail(strict=True, reason=_NO_MIN_VALUES_RELAXATION)
 def test_should_schedule_even_when_minvalues_requirement_is_not_met(env):
     """Provisioning / MinValuesPolicy / with instance type requirements / with MinValuesPolicy set to BestEffort / should schedule even when minValues requirement is not met
 
@@ -1484,7 +1473,6 @@ def test_should_schedule_even_when_minvalues_requirement_is_not_met(env):
     _expect_min_values(view.claim, INSTANCE_TYPE, [TYPE_1, TYPE_2], 2)
 
 
-@pytest.mark.xfail(strict=True, reason=_NO_MIN_VALUES_RELAXATION)
 def test_should_relax_minvalues_before_falling_back_to_other_nodepools(env):
     """Provisioning / MinValuesPolicy / with instance type requirements / with MinValuesPolicy set to BestEffort / should relax minValues before falling back to other nodepools
 
@@ -1503,7 +1491,6 @@ def test_should_relax_minvalues_before_falling_back_to_other_nodepools(env):
     _expect_min_values(view.claim, INSTANCE_TYPE, [TYPE_1, TYPE_2], 2)
 
 
-@pytest.mark.xfail(strict=True, reason=_NO_MIN_VALUES_RELAXATION)
 def test_should_choose_nodepool_with_higher_weight_when_relaxing_minvalues(env):
     """Provisioning / MinValuesPolicy / with instance type requirements / with MinValuesPolicy set to BestEffort / should choose nodepool with higher weight when relaxing minValues
 
@@ -1551,7 +1538,6 @@ def test_should_not_schedule_when_zone_minvalues_requirement_is_not_met():
     env.not_scheduled(p)
 
 
-@pytest.mark.xfail(strict=True, reason=_NO_MIN_VALUES_RELAXATION)
 def test_should_schedule_even_when_zone_minvalues_requirement_is_not_met():
     """Provisioning / MinValuesPolicy / with zone requirements / with MinValuesPolicy set to BestEffort / should schedule even when zone minValues requirement is not met
 
@@ -1569,7 +1555,6 @@ def test_should_schedule_even_when_zone_minvalues_requirement_is_not_met():
     _expect_min_values(view.claim, ZONE, [ZONE_1, ZONE_2, ZONE_3], 2)
 
 
-@pytest.mark.xfail(strict=True, reason=_NO_MIN_VALUES_RELAXATION)
 def test_should_schedule_when_minvalues_requirement_is_not_met():
     """Provisioning / MinValuesPolicy / with both instance type and zone requirements / with MinValuesPolicy set to BestEffort / should schedule when minValues requirement is not met
 
