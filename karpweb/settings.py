@@ -250,6 +250,25 @@ KARPWEB_REGISTRATION_TIMEOUT_SECONDS = env_float("KARPWEB_REGISTRATION_TIMEOUT_S
 KARPWEB_LAUNCH_STUCK_SECONDS = env_float("KARPWEB_LAUNCH_STUCK_SECONDS", 120)
 # Consolidation may replace spot with cheaper spot only when this is on (as upstream's gate).
 KARPWEB_SPOT_TO_SPOT_CONSOLIDATION = env_bool("KARPWEB_SPOT_TO_SPOT_CONSOLIDATION", False)
+# How the solver treats preferences and minValues, and what of kube-scheduler's configuration
+# it mirrors: upstream's PREFERENCE_POLICY (Respect|Ignore), MIN_VALUES_POLICY
+# (Strict|BestEffort) and SCHEDULER_CONFIG (a YAML/JSON document with
+# podTopologySpread.defaultConstraints), under the same names.
+PREFERENCE_POLICY = env_str("PREFERENCE_POLICY", "Respect").strip() or "Respect"
+if PREFERENCE_POLICY not in ("Respect", "Ignore"):
+    raise ImproperlyConfigured(f"PREFERENCE_POLICY={PREFERENCE_POLICY!r}: expected Respect or Ignore")
+MIN_VALUES_POLICY = env_str("MIN_VALUES_POLICY", "Strict").strip() or "Strict"
+if MIN_VALUES_POLICY not in ("Strict", "BestEffort"):
+    raise ImproperlyConfigured(f"MIN_VALUES_POLICY={MIN_VALUES_POLICY!r}: expected Strict or BestEffort")
+SCHEDULER_CONFIG = env_str("SCHEDULER_CONFIG", "")
+try:
+    import yaml as _yaml
+
+    from provisioning.scheduling.defaults import parse_scheduler_config
+
+    DEFAULT_TOPOLOGY_SPREAD = parse_scheduler_config(_yaml.safe_load(SCHEDULER_CONFIG) if SCHEDULER_CONFIG else None)
+except (ValueError, _yaml.YAMLError) as exc:
+    raise ImproperlyConfigured(f"SCHEDULER_CONFIG: {exc}") from None
 # The demo workload (Deployments that scale over time) on the simulated cluster.
 KARPWEB_DEMO_WORKLOAD = env_bool("KARPWEB_DEMO_WORKLOAD", False)
 

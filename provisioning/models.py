@@ -358,6 +358,9 @@ class Decision(models.Model):
     notes = models.JSONField(default=list, blank=True)
     # Offerings the run could not use (insufficient capacity marks): {"spot:m5.large:us-east-1a": reason}
     unavailable = models.JSONField(default=dict, blank=True)
+    # What THE verifier refused in the plan (those NodeClaims were not launched):
+    # [{"kind", "nodeClaim", "pod", "message"}]
+    violations = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]

@@ -103,7 +103,7 @@ def test_a_run_prepared_before_the_window_closes_is_recorded_at_the_close(redis,
     again, decision = provision.provision_at_close(solver, redis=redis)
     assert again == 0.0 and decision is not None and len(calls) == 1
     assert decision.started_at.timestamp() >= closes  # prepared early, recorded only once closed
-    assert {"snapshot", "solve", "verify", "record"} == set(decision.timings)
+    assert {"snapshot", "solve", "verifier", "verify", "record"} == set(decision.timings)
     assert len(decision.pods) == 5 and not provision.window_open(redis)
     assert ClusterPod.objects.exclude(nominated="").count() == 5
 
@@ -171,17 +171,48 @@ def test_a_run_records_a_decision_its_claims_and_nominates_the_pods(redis, polic
     decision = provision.provision_once()
     assert decision is not None
     assert len(decision.pods) == 24 and decision.unschedulable == []
-    assert set(decision.timings) == {"snapshot", "solve", "record"}
+    assert set(decision.timings) == {"snapshot", "solve", "verifier", "record"}
     claims = list(decision.claims.all())
     assert claims and sum(len(c.pods) for c in claims) == 24
     for claim in claims:
         assert claim.state == NodeClaim.State.PENDING and claim.launch_options and claim.why
         prices = [o["price"] for o in claim.launch_options]
-        assert prices == sorted(prices) and len(prices) <= 60
+        assert prices == sorted(prices) and len({o["instanceType"] for o in claim.launch_options}) <= 60
         assert claim.spec["nodeClassRef"]["name"] == "default" and claim.spec["driftHashes"]
         assert ClusterPod.objects.filter(nominated=claim.name).count() == len(claim.pods)
     # Nominated pods are not pending for the next run: nothing new is planned.
     assert provision.provision_once() is None
+
+
+def test_a_claim_the_verifier_refuses_is_not_launched_and_its_pods_say_why(redis, policies, client):
+    """The pipeline checks every plan: a solver that squeezed 20 pods onto the smallest option
+    of one claim gets that claim withheld, the pods stay pending with the violation as their
+    reason, the metric counts it and the decision page shows it."""
+    from dataclasses import replace
+
+    from django.contrib.auth.models import Group, User
+    from prometheus_client import REGISTRY
+
+    def squeezing(snapshot):
+        plan = solve(snapshot)
+        first, *rest = plan.claims
+        pods = first.pods + tuple(p for c in rest for p in c.pods)
+        return replace(plan, claims=(replace(first, pods=pods, options=first.options[:1]),))
+
+    before = REGISTRY.get_sample_value("karpweb_plan_violations_total", {"kind": "resources"}) or 0
+    submit(deployment("web", 20, cpu="1", memory="2Gi"))
+    decision = provision.provision_once(squeezing)
+    assert decision is not None and not decision.claims.exists()
+    assert [v["kind"] for v in decision.violations] == ["resources"]
+    pods = ClusterPod.objects.all()
+    assert pods.count() == 20 and not pods.exclude(nominated="").exists()
+    assert all(p.unschedulable_reason.startswith("the plan verifier refused its NodeClaim: resources") for p in pods)
+    assert REGISTRY.get_sample_value("karpweb_plan_violations_total", {"kind": "resources"}) == before + 1
+    user = User.objects.create_user("viewer", password="pw")
+    user.groups.add(Group.objects.get(name="viewer"))
+    client.force_login(user)
+    page = client.get(f"/decisions/{decision.pk}/").content.decode()
+    assert "Refused by the plan verifier" in page and "its pods and DaemonSets ask" in page
 
 
 def test_a_runs_claims_are_inserted_in_one_statement_of_rows_not_arrays(redis, policies):

@@ -308,7 +308,9 @@ def hand_made_plan() -> tuple[Plan, Snapshot]:
 def test_the_json_has_exactly_the_shape_of_the_issue():
     plan, snapshot = hand_made_plan()
     out = plan_to_json(plan, snapshot)
-    assert list(out) == ["nodeClaims", "existingNodes", "unschedulable", "totalPricePerHour", "stats"]
+    assert list(out) == ["nodeClaims", "existingNodes", "unschedulable", "totalPricePerHour", "stats", "violations"]
+    # The hand-made plan names a NodePool the snapshot does not have: THE verifier says so.
+    assert out["violations"] and all(list(v) == ["kind", "nodeClaim", "pod", "message"] for v in out["violations"])
     first = out["nodeClaims"][0]
     assert list(first) == [
         "name",
@@ -372,26 +374,51 @@ def test_plan_documents_takes_the_solver_as_a_parameter():
 
 def test_the_command_prints_json_and_notes_skipped_kinds_on_stderr(with_stand_in):
     code, out, err = run("-f", str(NODECLASS), "-f", str(WORKING), "-f", str(APP), "--format", "json")
-    assert code == 0
+    # The stand-in puts all 17 pods on one small node of types the NodePool does not allow: the
+    # plan is printed, THE verifier says what it breaks on stderr, and the exit status says it
+    # would not be launched.
+    assert code == 3
     data = json.loads(out)
-    assert set(data) == {"nodeClaims", "existingNodes", "unschedulable", "totalPricePerHour", "stats"}
+    assert set(data) == {"nodeClaims", "existingNodes", "unschedulable", "totalPricePerHour", "stats", "violations"}
     assert data["nodeClaims"][0]["pods"] == PENDING
     assert data["stats"]["pods"] == 17
+    assert {v["kind"] for v in data["violations"]} == {"nodepool", "resources"}
+    assert "violation: resources: node general-0: cpu: its pods and DaemonSets ask" in err
     assert "skipped Service web" in err and "skipped ConfigMap web-config" in err and "Namespace" not in err
     assert "skipped" not in out
 
 
-def test_the_command_prints_a_table_by_default(with_stand_in):
+def test_the_command_prints_a_table_by_default():
     code, out, err = run("-f", str(NODECLASS), "-f", str(WORKING), "-f", str(APP))
-    assert code == 0
+    assert code == 0, err
     assert out.splitlines()[0].startswith("NODECLAIM")
     assert "/month (730 h)." in out
+    assert "violation" not in err
 
 
-def test_the_command_reads_stdin(with_stand_in, monkeypatch):
+def test_the_command_reads_stdin(monkeypatch):
     stdin = NODECLASS.read_bytes() + b"\n---\n" + WORKING.read_bytes() + b"\n---\n" + APP.read_bytes()
     code, out, _ = run("-f", "-", "--format", "json", stdin=stdin, monkeypatch=monkeypatch)
-    assert code == 0 and json.loads(out)["stats"]["pods"] == 17
+    data = json.loads(out)
+    assert code == 0 and data["stats"]["pods"] == 17 and data["violations"] == []
+
+
+def test_the_command_reads_the_scheduler_config_and_the_policies(tmp_path):
+    """--scheduler-config gives default spreads (upstream's SCHEDULER_CONFIG); a bad one is
+    invalid input naming the field."""
+    config = tmp_path / "scheduler.yaml"
+    config.write_text(
+        "podTopologySpread:\n  defaultConstraints:\n"
+        "  - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}\n"
+    )
+    args = ("-f", str(NODECLASS), "-f", str(WORKING), "-f", str(APP), "--format", "json")
+    code, out, err = run(*args, "--scheduler-config", str(config), "--min-values-policy", "BestEffort")
+    assert code == 0, err
+    zones = {c["zone"] for c in json.loads(out)["nodeClaims"] if any(p.startswith("default/web-") for p in c["pods"])}
+    assert len(zones) >= 3  # the 10 web replicas spread over the zones by the default
+    config.write_text("podTopologySpread:\n  defaultConstraints:\n  - {maxSkew: 0, topologyKey: x}\n")
+    code, _, err = run(*args, "--scheduler-config", str(config))
+    assert code == 2 and "defaultConstraints[0].maxSkew must be greater than 0" in err
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,12 @@ CLOUD_DURATION = Histogram(
     ["controller", "method", "provider"],
     buckets=DURATION_BUCKETS,
 )
+PLAN_VIOLATIONS = Counter(
+    "karpweb_plan_violations_total",
+    "Rules THE verifier found a provisioning plan breaking, by kind (topology-spread, resources, ...); "
+    "the NodeClaims concerned are not launched and their pods stay pending.",
+    ["kind"],
+)
 CLOUD_ERRORS = Counter(
     "karpenter_cloudprovider_errors_total",
     "Total number of errors returned from CloudProvider calls.",

@@ -261,6 +261,7 @@ class DecisionSerializer(serializers.ModelSerializer):
             "totalPricePerHour",
             "notes",
             "unavailable",
+            "violations",
             "claims",
         ]
 

@@ -50,7 +50,7 @@ from provisioning.scheduling.pods import (
 )
 from provisioning.scheduling.resources import container_requests, effective_requests, read_resources
 
-__all__ = ["parse_pod", "pod_from_manifest", "pod_from_template"]
+__all__ = ["parse_pod", "pod_from_manifest", "pod_from_template", "topology_spread_constraints"]
 
 _MAX_INT32 = 2**31 - 1
 
@@ -443,6 +443,13 @@ def _pod_affinity(value: Any, path: str, namespace: str, labels: Mapping[str, st
     if not required and not preferred:
         return NO_AFFINITY
     return intern(PodAffinity(required, tuple(preferred)))
+
+
+def topology_spread_constraints(
+    value: Any, path: str, labels: Mapping[str, str]
+) -> tuple[TopologySpreadConstraint, ...]:
+    """``topologySpreadConstraints`` read as a pod with ``labels`` would carry them."""
+    return _topology_spread(value, path, labels)
 
 
 def _topology_spread(value: Any, path: str, labels: Mapping[str, str]) -> tuple[TopologySpreadConstraint, ...]:

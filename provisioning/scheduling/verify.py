@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, NODEPOOL, WELL_KNOWN_LABELS, ZONE
 from provisioning.scheduling.bins import ports_conflict
@@ -81,6 +81,7 @@ class Violation:
     message: str
     node: str = ""  # a NodeClaim of the plan, or an existing node
     pod: str = ""
+    nodepool: str = ""  # for a NodePool's limits
 
     def __str__(self) -> str:
         where = " ".join(part for part in (f"node {self.node}" if self.node else "", self.pod) if part)
@@ -402,10 +403,13 @@ class _Verifier:
             for resource, limit in pool.limits.items():
                 total = used[name].get(resource, 0)
                 if total > limit and total > pool.in_use.get(resource, 0):
-                    self.add(
-                        LIMITS,
-                        f"NodePool {name}: {resource} would reach {total} with every NodeClaim at its largest option, "
-                        f"over its limit {limit}",
+                    self.violations.append(
+                        Violation(
+                            LIMITS,
+                            f"NodePool {name}: {resource} would reach {total} with every NodeClaim at its largest "
+                            f"option, over its limit {limit}",
+                            nodepool=name,
+                        )
                     )
 
     # -------------------------------------------------------------- topology
@@ -693,7 +697,48 @@ def verify(snapshot: Snapshot, plan: Plan) -> list[Violation]:
     return verifier.violations
 
 
-def violating_claims(violations: Iterable[Violation], plan: Plan) -> set[str]:
-    """The NodeClaims of ``plan`` the violations name: those must not be launched."""
-    names = {claim.name for claim in plan.claims}
-    return {v.node for v in violations if v.node in names}
+def withhold(plan: Plan, violations: Iterable[Violation]) -> Plan:
+    """``plan`` without what the violations concern: the NodeClaims they name (all of a
+    NodePool's new ones for its limits) and pods placed on existing nodes against a rule. Their
+    pods become unschedulable with the violation as the reason, and stay pending."""
+    violations = list(violations)
+    if not violations:
+        return plan
+    claims = {claim.name: claim for claim in plan.claims}
+    reason_of: dict[str, str] = {}  # claim or pod → why it is withheld
+    for v in violations:
+        if v.node in claims:
+            reason_of.setdefault(v.node, str(v))
+        elif v.kind == LIMITS and v.nodepool:
+            for claim in plan.claims:
+                if claim.nodepool == v.nodepool:
+                    reason_of.setdefault(claim.name, str(v))
+        elif v.pod:
+            reason_of.setdefault(v.pod, str(v))
+    unschedulable = dict(plan.unschedulable)
+    kept = []
+    for claim in plan.claims:
+        reason = reason_of.get(claim.name)
+        if reason is None:
+            kept.append(claim)
+            continue
+        for pod in claim.pods:
+            unschedulable[pod] = f"the plan verifier refused its NodeClaim: {reason}"
+    existing = {}
+    for node, pods in plan.existing.items():
+        left = []
+        for pod in pods:
+            if pod in reason_of:
+                unschedulable[pod] = f"the plan verifier refused placing it on node {node}: {reason_of[pod]}"
+            else:
+                left.append(pod)
+        if left:
+            existing[node] = tuple(left)
+    placed = {p for claim in kept for p in claim.pods} | {p for pods in existing.values() for p in pods}
+    return replace(
+        plan,
+        claims=tuple(kept),
+        existing=existing,
+        unschedulable=unschedulable,
+        order=tuple(key for key in plan.order if key in placed),
+    )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from provisioning.scheduling.frozen import EMPTY_MAP, frozen_map, intern
@@ -218,6 +218,10 @@ class Workloads:
     skipped: tuple[Skipped, ...] = ()
     namespaces: tuple[tuple[str, Mapping[str, str]], ...] = ()  # Namespace documents: name, labels
     budgets: tuple[dict, ...] = ()  # PodDisruptionBudget documents, as given
+    services: tuple[tuple[str, Mapping[str, str]], ...] = ()  # Services: namespace, spec.selector
+    # Controllers' selectors, (kind, namespace, name) → LabelSelector manifest; a Deployment's
+    # is its ReplicaSet's (with the revision's pod-template-hash).
+    controllers: Mapping[tuple[str, str, str], Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def pending(self) -> tuple[Pod, ...]:
@@ -359,6 +363,8 @@ def expand_all(documents: Iterable[Any], *, max_pods: int | None = None) -> Work
     skipped: list[Skipped] = []
     namespaces: list[tuple[str, Mapping[str, str]]] = []
     budgets: list[dict] = []
+    services: list[tuple[str, Mapping[str, str]]] = []
+    controllers: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     pod_sources: dict[str, tuple[str, str]] = {}
     daemonset_sources: dict[str, tuple[str, str]] = {}
     node_sources: dict[str, tuple[str, str]] = {}
@@ -384,6 +390,7 @@ def expand_all(documents: Iterable[Any], *, max_pods: int | None = None) -> Work
         if kind == "PodDisruptionBudget":
             budgets.append(document)
             continue
+        _note_belonging(document, services, controllers)
         if kind not in WORKLOAD_KINDS and kind != NODE_KIND:
             metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
             skipped_name = metadata.get("name") if isinstance(metadata.get("name"), str) else ""
@@ -417,8 +424,40 @@ def expand_all(documents: Iterable[Any], *, max_pods: int | None = None) -> Work
                 bound.setdefault(pod.node_name, []).append(pod)
         nodes = [replace(node, pods=tuple(bound[node.name])) if node.name in bound else node for node in nodes]
     return Workloads(
-        tuple(pods), tuple(daemonsets), tuple(nodes), tuple(policies), tuple(skipped), tuple(namespaces), tuple(budgets)
+        tuple(pods),
+        tuple(daemonsets),
+        tuple(nodes),
+        tuple(policies),
+        tuple(skipped),
+        tuple(namespaces),
+        tuple(budgets),
+        tuple(services),
+        controllers,
     )
+
+
+def _note_belonging(document: dict, services: list, controllers: dict) -> None:
+    """What pods may belong to, for default topology spreads: a Service's selector, a
+    controller's. Malformed ones are left to the readers that check them."""
+    kind = document.get("kind")
+    metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+    spec = document.get("spec") if isinstance(document.get("spec"), dict) else {}
+    namespace = metadata.get("namespace") if isinstance(metadata.get("namespace"), str) else ""
+    namespace = namespace or DEFAULT_NAMESPACE
+    name = metadata.get("name")
+    if not isinstance(name, str):
+        return
+    selector = spec.get("selector")
+    if kind == "Service" and isinstance(selector, dict):
+        services.append((namespace, {str(k): str(v) for k, v in selector.items()}))
+    elif kind == "ReplicationController" and isinstance(selector, dict):
+        controllers[(kind, namespace, name)] = {"matchLabels": {str(k): str(v) for k, v in selector.items()}}
+    elif kind in ("ReplicaSet", "StatefulSet") and isinstance(selector, dict):
+        controllers[(kind, namespace, name)] = selector
+    elif kind == "Deployment" and isinstance(selector, dict):
+        labels = dict(selector.get("matchLabels") or {})
+        labels["pod-template-hash"] = _template_hash(spec.get("template"))
+        controllers[(kind, namespace, name)] = {**selector, "matchLabels": labels}
 
 
 def _claim(sources: dict[str, tuple[str, str]], key: str, document: str, where: str, what: str) -> None:

@@ -39,12 +39,14 @@ from provisioning.cluster.simulated import node_manifest, pod_manifest
 from provisioning.models import ClusterNode, ClusterPod, Decision, EC2NodeClass, NodeClaim, NodePool
 from provisioning.observability.metrics import (
     BATCH_WINDOW,
+    PLAN_VIOLATIONS,
     PROVISIONING_DURATION,
     PROVISIONING_PODS,
     SCHEDULING_DURATION,
     cloud_call,
 )
 from provisioning.scheduling.plan import ClaimPlan, Plan
+from provisioning.scheduling.verify import verify, withhold
 from provisioning.services import events, launchbatch
 from provisioning.services.connections import get_redis
 
@@ -249,9 +251,10 @@ def verify_key() -> tuple:
 @dataclasses.dataclass
 class Solved:
     inputs: Inputs
-    plan: Plan
+    plan: Plan  # verified: what THE verifier refused is withheld (see ``violations``)
     notes: list[str]
     timings: dict[str, float]
+    violations: list = dataclasses.field(default_factory=list)
 
 
 def read_inputs() -> Inputs | None:
@@ -287,8 +290,20 @@ def solve_inputs(solve: Callable | None = None, inputs: Inputs | None = None) ->
     )
     built = time.perf_counter()
     plan: Plan = (solve or default_solver())(snapshot)
-    timings = {"snapshot": inputs.read_seconds + built - started, "solve": time.perf_counter() - built}
-    return Solved(inputs, plan, notes, timings)
+    solved_at = time.perf_counter()
+    # Nothing is launched that THE verifier refuses: a wrong node is worse than none.
+    violations = verify(snapshot, plan)
+    if violations:
+        for violation in violations:
+            PLAN_VIOLATIONS.labels(violation.kind).inc()
+            log.warning("plan verifier: %s", violation)
+        plan = withhold(plan, violations)
+    timings = {
+        "snapshot": inputs.read_seconds + built - started,
+        "solve": solved_at - built,
+        "verifier": time.perf_counter() - solved_at,
+    }
+    return Solved(inputs, plan, notes, timings, violations)
 
 
 def provision_once(
@@ -429,6 +444,10 @@ def _record(solved: Solved, cluster: Cluster | None = None) -> Decision:
             total_price_per_hour=Decimal(str(round(plan.total_price, 6))),
             notes=solved.notes[:50],
             unavailable=inputs.unavailable,
+            violations=[
+                {"kind": v.kind, "nodeClaim": v.node, "pod": v.pod, "message": v.message}
+                for v in solved.violations[:200]
+            ],
         )
         claims = create_claims(plan.claims, decision=decision)
     recorded: list[ObjectEvent] = []

@@ -79,6 +79,9 @@ def build_snapshot(
     unavailable: Callable[[str], bool] | None = None,
     max_pods: int | None = None,
     now: datetime | None = None,
+    default_constraints: Sequence[Mapping[str, Any]] | None = None,
+    preference_policy: str | None = None,
+    min_values_policy: str | None = None,
 ) -> tuple[Snapshot, list[str]]:
     """The solver's input for ``documents`` (parsed YAML/JSON), and notes for people.
 
@@ -122,14 +125,43 @@ def build_snapshot(
     for pod in workloads.pods:
         if pod.node_name and pod.node_name not in listed:
             notes.append(f"pod {pod.key} is bound to node {pod.node_name}, which is not in the input; ignored")
+    pending = list(workloads.pending) + rescheduled
+    policy = scheduling_policy()
+    if default_constraints is None:
+        default_constraints = policy["default_constraints"]
+    if default_constraints:
+        from provisioning.scheduling.defaults import Belonging, apply_defaults, read_constraints
+
+        try:
+            constraints = read_constraints(default_constraints)
+        except PodError as exc:
+            raise SimulateError(f"the scheduler configuration's PodTopologySpread {exc}") from None
+        pending = apply_defaults(pending, constraints, Belonging(workloads.services, workloads.controllers))
     snapshot = Snapshot(
-        pods=workloads.pending + tuple(rescheduled),
+        pods=tuple(pending),
         nodepools=tuple(inputs),
         nodes=tuple(nodes),
         daemonsets=workloads.daemonsets,
         namespaces=dict(workloads.namespaces),
+        preference_policy=preference_policy or policy["preference_policy"],
+        min_values_policy=min_values_policy or policy["min_values_policy"],
     )
     return snapshot, notes
+
+
+def scheduling_policy() -> dict[str, Any]:
+    """The solver's settings (upstream's PREFERENCE_POLICY, MIN_VALUES_POLICY, SCHEDULER_CONFIG):
+    from Django's settings when configured, upstream's defaults otherwise."""
+    try:
+        from django.conf import settings
+
+        return {
+            "preference_policy": getattr(settings, "PREFERENCE_POLICY", "Respect"),
+            "min_values_policy": getattr(settings, "MIN_VALUES_POLICY", "Strict"),
+            "default_constraints": list(getattr(settings, "DEFAULT_TOPOLOGY_SPREAD", ())),
+        }
+    except Exception:  # noqa: BLE001  (no Django settings: a bare script)
+        return {"preference_policy": "Respect", "min_values_policy": "Strict", "default_constraints": []}
 
 
 # Taints a node carries while it starts, which go once it is initialized (upstream
@@ -382,9 +414,13 @@ def plan_documents(
     zones: Sequence[str] | None = None,
     solver: Solver | None = None,
     max_pods: int | None = None,
+    **options: Any,
 ) -> tuple[Snapshot, Plan, list[str]]:
-    """Build the snapshot, solve it, and return ``(snapshot, plan, notes)``."""
-    snapshot, notes = build_snapshot(documents, region=region, catalog=catalog, zones=zones, max_pods=max_pods)
+    """Build the snapshot, solve it, and return ``(snapshot, plan, notes)``; ``options`` go to
+    ``build_snapshot`` (the solver's policies, default topology spreads)."""
+    snapshot, notes = build_snapshot(
+        documents, region=region, catalog=catalog, zones=zones, max_pods=max_pods, **options
+    )
     solve = solver if solver is not None else default_solver()
     started = time.perf_counter()
     plan = solve(snapshot)
@@ -417,8 +453,13 @@ def _unschedulable(plan: Plan, snapshot: Snapshot | None) -> list[tuple[str, str
     return ordered
 
 
-def plan_to_json(plan: Plan, snapshot: Snapshot) -> dict[str, Any]:
-    """The plan as ``manage.py simulate --format json`` prints it (the shape of issue 4)."""
+def plan_to_json(plan: Plan, snapshot: Snapshot, violations: Sequence[Any] | None = None) -> dict[str, Any]:
+    """The plan as ``manage.py simulate --format json`` prints it, with what THE verifier
+    finds wrong with it (``violations``: computed when not given)."""
+    if violations is None:
+        from provisioning.scheduling.verify import verify
+
+        violations = verify(snapshot, plan)
     existing = dict(plan.existing)
     existing_nodes = [{"name": node.name, "pods": list(existing.pop(node.name, ()))} for node in snapshot.nodes]
     existing_nodes += [{"name": name, "pods": list(pods)} for name, pods in existing.items()]
@@ -441,6 +482,7 @@ def plan_to_json(plan: Plan, snapshot: Snapshot) -> dict[str, Any]:
         "unschedulable": [{"pod": pod, "reason": reason} for pod, reason in _unschedulable(plan, snapshot)],
         "totalPricePerHour": _price(sum(claim.price for claim in plan.claims)),
         "stats": {"pods": len(snapshot.pods), "solveSeconds": round(float(plan.solve_seconds), 6)},
+        "violations": [{"kind": v.kind, "nodeClaim": v.node, "pod": v.pod, "message": v.message} for v in violations],
     }
 
 

@@ -486,6 +486,9 @@ class Env:
         # Solver options upstream sets per test (e.g. ``min_values_policy="BestEffort"``,
         # ``preference_policy="Ignore"``): fields of the Snapshot, set on every round's.
         self.snapshot_options: dict[str, Any] = {}
+        # Options of the document reader (``build_snapshot``), e.g. ``default_constraints``:
+        # the scheduler configuration's PodTopologySpread defaults.
+        self.reader_options: dict[str, Any] = {}
         self.apply(nodeclass or ec2_node_class())
 
     # -- objects -----------------------------------------------------------------------
@@ -528,6 +531,7 @@ class Env:
             catalog=self.catalog,
             zones=self.zones,
             unavailable=(lambda key: key in self.unavailable) if self.unavailable else None,
+            **self.reader_options,
         )
         from dataclasses import replace
 

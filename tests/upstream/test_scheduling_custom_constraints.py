@@ -27,7 +27,6 @@ Mappings used throughout (besides README.md's table):
 
 from __future__ import annotations
 
-import pytest
 from harness import (
     ARCH,
     CAPACITY_TYPE,

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 from harness import (
     ARCH,
     CAPACITY_TYPE,

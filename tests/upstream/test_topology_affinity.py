@@ -742,11 +742,6 @@ def test_should_filter_pod_affinity_topologies_by_namespace_empty_namespace_sele
 
 # ------------------------------------------------------------------ DefaultConstraints
 
-DEFAULTS_REASON = (
-    "solver: no cluster-level default topology spread constraints (upstream --scheduler-config "
-    "PodTopologySpread defaultConstraints with a selector deduced from the pod's ReplicaSet/Service); "
-    "the Snapshot has no default_constraints"
-)
 
 
 def replica_set(selector: dict[str, str]) -> dict:
@@ -783,7 +778,7 @@ def service(selector: dict[str, str]) -> dict:
 
 def set_defaults(env: Env, *constraints: dict) -> None:
     """The --scheduler-config PodTopologySpread defaultConstraints (no labelSelector: it is deduced per pod)."""
-    env.snapshot_options["default_constraints"] = tuple(constraints)
+    env.reader_options["default_constraints"] = tuple(constraints)
 
 
 def owned_pods(rs: dict, count: int, **options) -> list[dict]:
@@ -807,7 +802,6 @@ def rs(env):
     return made
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON)
 def test_should_apply_default_zonal_spread_to_a_pod_that_declares_no_constraints_of_its_own(env, rs):
     """Topology / DefaultConstraints / should apply default zonal spread to a pod that declares no constraints of its own"""  # noqa: E501
     set_defaults(env, ZONE_DEFAULT)
@@ -816,7 +810,6 @@ def test_should_apply_default_zonal_spread_to_a_pod_that_declares_no_constraints
     assert skew_values(env.skew(with_selector(ZONE_DEFAULT))) == [1, 1, 2]
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON)
 def test_should_apply_default_hostname_spread_to_a_pod_that_declares_no_constraints_of_its_own(env, rs):
     """Topology / DefaultConstraints / should apply default hostname spread to a pod that declares no constraints of its own"""  # noqa: E501
     set_defaults(env, HOSTNAME_DEFAULT)
@@ -826,7 +819,6 @@ def test_should_apply_default_hostname_spread_to_a_pod_that_declares_no_constrai
     assert skew_values(env.skew(with_selector(HOSTNAME_DEFAULT))) == [1, 1, 1]
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON)
 def test_should_not_apply_the_default_to_a_pod_that_declares_its_own_constraints(env, rs):
     """Topology / DefaultConstraints / should NOT apply the default to a pod that declares its own constraints"""
     own_constraint = [spread(HOSTNAME, labels=LABELS, max_skew=3)]
@@ -837,7 +829,6 @@ def test_should_not_apply_the_default_to_a_pod_that_declares_its_own_constraints
     assert len(node_names(env, pods)) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON)
 def test_should_carry_mindomains_through_a_synthesized_default(env, rs):
     """Topology / DefaultConstraints / should carry minDomains through a synthesized default"""
     min_domains_default = spread(ZONE, min_domains=3)
@@ -853,7 +844,6 @@ def _single_zone_min_domains(action: str) -> tuple[dict, dict]:
     return spread(ZONE, when_unsatisfiable=action, min_domains=3), pool
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON)
 def test_should_not_schedule_past_a_synthesized_donotschedule_default_that_can_t_be_satisfied(env, rs):
     """Topology / DefaultConstraints / should NOT schedule past a synthesized DoNotSchedule default that can't be satisfied"""  # noqa: E501
     default, pool = _single_zone_min_domains("DoNotSchedule")
@@ -865,7 +855,6 @@ def test_should_not_schedule_past_a_synthesized_donotschedule_default_that_can_t
     assert sum(env.is_scheduled(p) for p in pods) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON)
 def test_should_relax_a_synthesized_scheduleanyway_default_when_it_can_t_be_satisfied(env, rs):
     """Topology / DefaultConstraints / should relax a synthesized ScheduleAnyway default when it can't be satisfied"""
     default, pool = _single_zone_min_domains("ScheduleAnyway")
@@ -885,7 +874,6 @@ def test_should_be_a_no_op_when_no_default_constraints_are_configured(env, rs):
     assert len(node_names(env, pods)) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON)
 def test_should_not_apply_the_default_to_a_pod_with_no_owner_and_no_matching_service(env, rs):
     """Topology / DefaultConstraints / should not apply the default to a pod with no owner and no matching service"""
     set_defaults(env, HOSTNAME_DEFAULT)
@@ -895,7 +883,6 @@ def test_should_not_apply_the_default_to_a_pod_with_no_owner_and_no_matching_ser
     assert len(node_names(env, pods)) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON)
 def test_should_count_pre_existing_cluster_pods_through_the_deduced_selector(env, rs):
     """Topology / DefaultConstraints / should count pre-existing cluster pods through the deduced selector"""
     set_defaults(env, ZONE_DEFAULT)
@@ -914,7 +901,6 @@ def test_should_count_pre_existing_cluster_pods_through_the_deduced_selector(env
     assert skew_values(env.skew(with_selector(ZONE_DEFAULT))) == [2, 2]
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON)
 def test_should_spread_each_workload_independently(env, rs):
     """Topology / DefaultConstraints / should spread each workload independently"""
     set_defaults(env, ZONE_DEFAULT)
@@ -933,7 +919,6 @@ def test_should_spread_each_workload_independently(env, rs):
     assert skew_values(env.skew(with_selector(ZONE_DEFAULT, other_labels))) == [1, 1, 1]
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON)
 def test_should_spread_each_deployment_revision_independently(env, rs):
     """Topology / DefaultConstraints / should spread each Deployment revision independently"""
     set_defaults(env, ZONE_DEFAULT)
@@ -954,7 +939,6 @@ def test_should_spread_each_deployment_revision_independently(env, rs):
     assert skew_values(env.skew(with_selector(ZONE_DEFAULT, new_labels))) == [1, 1, 1]
 
 
-@pytest.mark.xfail(strict=True, reason=DEFAULTS_REASON + "; karpweb's reader also skips Service documents")
 def test_should_deduce_a_selector_from_a_matching_service_for_a_pod_with_no_supported_owner(env, rs):
     """Topology / DefaultConstraints / should deduce a selector from a matching service for a pod with no supported owner"""  # noqa: E501
     set_defaults(env, ZONE_DEFAULT)

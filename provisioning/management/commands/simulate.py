@@ -6,7 +6,8 @@ Node documents (other kinds are skipped with a note on stderr), solves against t
 catalog of the region (no network), and prints the plan as a table or as JSON.
 
 Exit status: 0 with a plan (unschedulable pods are part of it), 2 on invalid input (the
-message on stderr names the document and the field).
+message on stderr names the document and the field), 3 when THE verifier finds the plan
+breaking a rule (each violation is printed on stderr): a plan karpweb would refuse to launch.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from django.core.management.base import BaseCommand
 
 from provisioning import crd
 from provisioning.crd.manifest import load_files
+from provisioning.scheduling.defaults import parse_scheduler_config
+from provisioning.scheduling.verify import verify
 from provisioning.services.simulate import SimulateError, plan_documents, plan_to_json, plan_to_table
 
 EXIT_INVALID = 2
+EXIT_VIOLATIONS = 3
 
 
 class Command(BaseCommand):
@@ -44,6 +48,21 @@ class Command(BaseCommand):
             default="",
             help="comma-separated zones the EC2NodeClasses have subnets in (us-east-1a or a); default: all",
         )
+        parser.add_argument(
+            "--preference-policy",
+            choices=("Respect", "Ignore"),
+            help="how preferences count (upstream's PREFERENCE_POLICY; default: the setting)",
+        )
+        parser.add_argument(
+            "--min-values-policy",
+            choices=("Strict", "BestEffort"),
+            help="whether minValues may be relaxed (upstream's MIN_VALUES_POLICY; default: the setting)",
+        )
+        parser.add_argument(
+            "--scheduler-config",
+            metavar="FILE",
+            help="a document with podTopologySpread.defaultConstraints, as upstream's SCHEDULER_CONFIG",
+        )
 
     def handle(self, *args, filename: list[str], region: str, format: str, zones: str, **options):
         try:
@@ -51,16 +70,38 @@ class Command(BaseCommand):
         except crd.ManifestError as exc:
             self._invalid(str(exc))
         zone_list = [zone for zone in zones.split(",") if zone.strip()] if zones else None
+        policies = {
+            "preference_policy": options.get("preference_policy"),
+            "min_values_policy": options.get("min_values_policy"),
+        }
+        if options.get("scheduler_config"):
+            policies["default_constraints"] = self._scheduler_config(options["scheduler_config"])
         try:
-            snapshot, plan, notes = plan_documents(documents, region=region, zones=zone_list)
+            snapshot, plan, notes = plan_documents(documents, region=region, zones=zone_list, **policies)
         except SimulateError as exc:
             self._invalid(str(exc))
         for note in notes:
             self.stderr.write(note)
+        violations = verify(snapshot, plan)
         if format == "json":
-            self.stdout.write(json.dumps(plan_to_json(plan, snapshot), indent=2))
+            self.stdout.write(json.dumps(plan_to_json(plan, snapshot, violations), indent=2))
         else:
             self.stdout.write(plan_to_table(plan, snapshot), ending="")
+        if violations:
+            for violation in violations:
+                self.stderr.write(f"violation: {violation}")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            sys.exit(EXIT_VIOLATIONS)
+
+    def _scheduler_config(self, path: str) -> list[dict]:
+        try:
+            (document,) = [d for d in load_files([path]) if d is not None] or [None]
+            return parse_scheduler_config(document)
+        except crd.ManifestError as exc:
+            self._invalid(str(exc))
+        except ValueError as exc:
+            self._invalid(f"{path}: {exc}")
 
     def _invalid(self, message: str) -> NoReturn:
         self.stderr.write(f"invalid input: {message}" if "\n" not in message else f"invalid input:\n{message}")
