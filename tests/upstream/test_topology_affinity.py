@@ -743,7 +743,6 @@ def test_should_filter_pod_affinity_topologies_by_namespace_empty_namespace_sele
 # ------------------------------------------------------------------ DefaultConstraints
 
 
-
 def replica_set(selector: dict[str, str]) -> dict:
     """``test.ReplicaSet``: no replicas of its own here (envtest runs no ReplicaSet controller), only its selector."""
     from harness import random_name
