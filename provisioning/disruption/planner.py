@@ -367,7 +367,7 @@ class _Round:
             return refusal
         if replacements:
             claim = replacements[0]
-            others = len(claim.options) - 1
+            others = len({o.instance_type for o in claim.options}) - 1
             alternatives = f" (or {plural(others, 'other type')})" if others else ""
             outcome = (
                 f"1 {claim.chosen.instance_type} {claim.chosen.capacity_type}{alternatives} at most {money(worst)}/h"

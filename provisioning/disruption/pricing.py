@@ -72,7 +72,8 @@ def price_replacement(
     if capacity_type is None:
         return "no available offering can launch the replacement its pods need"
 
-    priced = [p for p in (_price(offerings[o.instance_type], capacity_type) for o in claim.options) if p]
+    names = list(dict.fromkeys(o.instance_type for o in claim.options))  # options hold each type per offering
+    priced = [p for p in (_price(offerings[name], capacity_type) for name in names) if p]
     cheaper = [p for p in priced if p.worst < source_price - PRICE_EPSILON]
     if not cheaper:
         best = min(priced, key=lambda p: (p.worst, p.option.instance_type))
@@ -107,7 +108,7 @@ def price_replacement(
             return f"no cheaper replacement keeps minValues: {problem}"
         keep = max(keep, needed)
     kept = cheaper[:keep]
-    return PricedReplacement(_pinned(claim, kept, capacity_type, candidates), max(p.worst for p in kept))
+    return PricedReplacement(_pinned(claim, kept, capacity_type, candidates, offerings), max(p.worst for p in kept))
 
 
 def worst_launch_price(claim: ClaimPlan, pools: Mapping[str, NodePoolInput]) -> float:
@@ -158,17 +159,35 @@ def _below_removed_same_type(priced: list[_Priced], candidates: Sequence[Candida
 
 
 def _pinned(
-    claim: ClaimPlan, kept: Sequence[_Priced], capacity_type: str, candidates: Sequence[Candidate]
+    claim: ClaimPlan,
+    kept: Sequence[_Priced],
+    capacity_type: str,
+    candidates: Sequence[Candidate],
+    offerings: Mapping[str, Sequence[InstanceTypeOption]],
 ) -> ClaimPlan:
-    options = tuple(p.option for p in kept)
+    cheapest = tuple(p.option for p in kept)
+    rank = {o.instance_type: i for i, o in enumerate(cheapest)}
+    # Every offering of the kept types in the pinned capacity type, cheapest first: the launch may
+    # fall back across their zones.
+    options = tuple(
+        sorted(
+            (
+                o
+                for p in kept
+                for o in offerings.get(p.option.instance_type, (p.option,))
+                if o.capacity_type == capacity_type
+            ),
+            key=lambda o: (o.price, rank[o.instance_type], o.zone),
+        )
+    )
     requirements = claim.requirements.add(
         Requirement.of(CAPACITY_TYPE, IN, [capacity_type]),
-        Requirement.of(INSTANCE_TYPE, IN, [o.instance_type for o in options]),
+        Requirement.of(INSTANCE_TYPE, IN, [o.instance_type for o in cheapest]),
     )
     chosen = options[0]
     why = (
         f"replaces {', '.join(c.name for c in candidates)}: {chosen.instance_type} {capacity_type} at "
-        f"{money(chosen.price)}/h is the cheapest of {len(options)} instance types that hold the moving pods "
+        f"{money(chosen.price)}/h is the cheapest of {len(cheapest)} instance types that hold the moving pods "
         f"and cost at most {money(max(p.worst for p in kept))}/h"
     )
     return replace(
@@ -176,5 +195,5 @@ def _pinned(
         requirements=requirements,
         options=options,
         why=why,
-        alternatives=options[1 : 1 + _SHOWN_ALTERNATIVES],
+        alternatives=cheapest[1 : 1 + _SHOWN_ALTERNATIVES],
     )

@@ -72,8 +72,9 @@ class PoolModel:
         self.capacity = self._matrix([t.capacity for t in types])
         allocatable = self._matrix([t.allocatable for t in types])
         self.daemons = [d for d in daemons if self._daemon_lands(d)]
-        self.daemon_ports = frozenset(p for d in self.daemons for p in d.host_ports)
+        self._daemon_types: list[tuple[Daemon, np.ndarray]] = []  # each DaemonSet and the types it runs on
         self.overhead = self._overhead(types)
+        self._port_conflicts: dict[tuple, np.ndarray] = {}
         self.usable = allocatable - self.overhead
         self.cheapest = np.array([o[0].price for o in offerings], dtype=float) if types else np.zeros(0)
         self.exotic = np.fromiter((is_exotic(t) for t in types), dtype=bool, count=len(types))
@@ -109,10 +110,27 @@ class PoolModel:
         out = np.zeros((len(types), len(self.resources)), dtype=np.int64)
         for daemon in self.daemons:
             vector = np.array([daemon.requests.get(r, 0) for r in self.resources], dtype=np.int64)
+            runs = np.zeros(len(types), dtype=bool)
             for i, it in enumerate(types):
                 if any(term.only(self.type_label_keys).matches(it.labels) for term in daemon.requirements):
                     out[i] += vector
+                    runs[i] = True
+            self._daemon_types.append((daemon, runs))
         return out
+
+    def port_conflicts(self, ports) -> np.ndarray:
+        """Types on which a DaemonSet takes one of ``ports`` (a pod wanting them cannot go there)."""
+        key = tuple(ports)
+        found = self._port_conflicts.get(key)
+        if found is None:
+            from provisioning.scheduling.bins import ports_conflict
+
+            found = np.zeros(len(self.types), dtype=bool)
+            for daemon, runs in self._daemon_types:
+                if daemon.host_ports and ports_conflict(key, daemon.host_ports):
+                    found |= runs
+            self._port_conflicts[key] = found
+        return found
 
     # ---------------------------------------------------------------- filtering
 

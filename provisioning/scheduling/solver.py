@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 
 from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, WELL_KNOWN_LABELS, ZONE
-from provisioning.scheduling.bins import Bin, port_conflict, ports_conflict
+from provisioning.scheduling.bins import Bin, port_conflict
 from provisioning.scheduling.claimtable import ClaimTable
 from provisioning.scheduling.integral import pack
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
@@ -62,6 +62,8 @@ PACK_SECONDS_PER_POD, PACK_SECONDS_MIN, PACK_SECONDS_MAX = 0.0003, 0.1, 2.0
 WORTH_IT_SLACK = 1.05
 # Whether a claim has any type left for more pods is first asked of every this-many-th type.
 SAMPLE_STRIDE = 32
+# Claims with at most this many pods are tried for removal once the packing is done.
+ABSORB_MAX_PODS = 16
 # Claims that would have to grow to a bigger type are tried only this many at a time.
 UPSIZE_CANDIDATES = 4
 # ... among this many of the most recent claims.
@@ -289,11 +291,86 @@ class _Run:
         for pod in retry:
             if pod.key not in self.placed:
                 self.unschedulable[pod.key] = self.explain(pod)
+        if self.strategy == PACKED:
+            self._absorb()
         for key in self.unreached:
             self.unschedulable[key] = (
                 f"not reached before the {self.snapshot.deadline_seconds:g} s deadline; it stays pending "
                 "for the next run"
             )
+
+    # ---------------------------------------------------------------- claims that need not exist
+
+    def _absorb(self) -> None:
+        """Remove claims whose pods all fit, as they are, in the room other claims have left on
+        their cheapest type: that costs nothing more. The integer packing plans pods of different
+        node requirements apart, so a pod that asks less than a claim already guarantees would
+        otherwise keep a node of its own (upstream, trying in-flight claims fewest pods first,
+        puts it there). Only pods no topology rule or host port concerns move."""
+        n = len(self.claims)
+        if n < 2:
+            return
+        order = sorted(range(n), key=lambda i: (len(self.claims[i].pods), -self.claims[i].price))
+        for i in order:
+            a = self.claims[i]
+            if not a.pods or len(a.pods) > ABSORB_MAX_PODS or self.clock() > self.deadline:
+                continue
+            if not all(self._movable(pod) for pod in a.pods):
+                continue
+            moved: list[tuple[Pod, Bin, np.ndarray]] = []
+            for pod in list(a.pods):
+                target = self._room_for(pod, a)
+                if target is None:
+                    break
+                vector = self._vec(pod)
+                target.used = target.used + vector
+                target.pods.append(pod)
+                target.stale = True
+                self._update_room(target, self._claim_index[id(target)])
+                moved.append((pod, target, vector))
+            if len(moved) < len(a.pods):
+                for pod, target, vector in moved:  # not all of them: put back what moved
+                    target.used = target.used - vector
+                    target.pods.remove(pod)
+                    self._update_room(target, self._claim_index[id(target)])
+                continue
+            for pod, target, _ in moved:
+                self.placed[pod.key] = target
+            a.pods = []
+            a.used = a.used * 0
+            self._update_room(a, i)
+            model = a.pool
+            assert model is not None
+            if a.committed is not None:
+                self._committed[model.name] -= a.committed
+                a.committed = None
+            if "nodes" in self.remaining[model.name]:
+                self.remaining[model.name]["nodes"] += 1
+
+    def _movable(self, pod: Pod) -> bool:
+        return self._plain(pod) and len(self._variants_of(pod)) == 1
+
+    def _room_for(self, pod: Pod, source: Bin) -> Bin | None:
+        """The fullest other claim whose cheapest type holds ``pod`` on top of its pods and whose
+        requirements and taints already suit it."""
+        vector = self._vec(pod)
+        variant = self._variants_of(pod)[0]
+        tolerations = self._tolerations(pod, variant)
+        best: tuple | None = None
+        for j in np.flatnonzero(self._table.takes_now(vector, len(self.claims))):
+            b = self.claims[int(j)]
+            if b is source or not b.pods or b.pool is None or b.requirements.has_min_values:
+                continue  # (more pods could leave too few types for its minValues)
+            if b.requirements.merge(variant.requirements) is not b.requirements:
+                continue  # it would narrow the claim: not free
+            if untolerated(tolerations, b.pool.taints) is not None:
+                continue
+            room = float(
+                ((b.pool.usable[b.cheapest] - b.used - vector) / np.maximum(b.pool.usable[b.cheapest], 1)).min()
+            )
+            if best is None or room < best[0]:
+                best = (room, b)
+        return None if best is None else best[1]
 
     # ---------------------------------------------------------------- one pod
 
@@ -385,6 +462,8 @@ class _Run:
             return None, True
         if untolerated(self._tolerations(pod, variant), model.taints) is not None or port_conflict(pod, b):
             return None, True
+        if pod.host_ports and model.port_conflicts(pod.host_ports)[b.idx].any():
+            return None, True  # a DaemonSet may take the port on one of the claim's types
         if b.requirements.compatible(variant.requirements) is not None:
             return None, True
         merged = b.requirements.merge(variant.requirements)
@@ -577,17 +656,27 @@ class _Run:
             self._update_room(b, index)
 
     def _new_claim_types(
-        self, model: PoolModel, requirements: Requirements, vector: np.ndarray, count: int
+        self,
+        model: PoolModel,
+        requirements: Requirements,
+        vector: np.ndarray,
+        count: int,
+        exclude: np.ndarray | None = None,
     ) -> tuple[np.ndarray, tuple] | None:
         """The types a new claim for ``count`` pods of ``vector`` starts with and their
-        ``_extent`` (None: no type will do). Unless limits apply, that depends on nothing a
-        placement changes, so claims opened alike share one answer."""
+        ``_extent`` (None: no type will do), less those of ``exclude``. Unless limits apply,
+        that depends on nothing a placement changes, so claims opened alike share one answer."""
         limits = self._limit_mask(model, None)
-        key = (model.name, requirements, vector.tobytes(), count) if limits is model.everything else None
+        if exclude is not None and not exclude.any():
+            exclude = None
+        key = (model.name, requirements, vector.tobytes(), count, None if exclude is None else exclude.tobytes())
+        if limits is not model.everything:
+            key = None
         if key is not None and key in self._new_types:
             return self._new_types[key]
+        allowed = limits if exclude is None else limits & ~exclude
         mask = _prefer_ordinary(
-            model, model.fits(model.type_mask(requirements), vector * count) & limits, vector, self.resources
+            model, model.fits(model.type_mask(requirements), vector * count) & allowed, vector, self.resources
         )
         found = None
         if mask.any() and model.min_values_ok(requirements, mask):
@@ -605,8 +694,6 @@ class _Run:
         if model.requirements.compatible(variant.requirements) is not None:
             return None
         if "nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0:
-            return None
-        if pod.host_ports and ports_conflict(pod.host_ports, model.daemon_ports):
             return None
         name = f"{model.name}-{self.counter + 1}"
         requirements = model.requirements.merge(variant.requirements)
@@ -628,7 +715,9 @@ class _Run:
             lowered = model.relax_min_values(requirements, model.fits(model.type_mask(requirements), vector * count))
             relaxed = lowered is not requirements
             requirements = lowered
-        types = self._new_claim_types(model, requirements, vector, count)
+        # DaemonSets that take one of the pod's host ports rule out the types they run on.
+        exclude = model.port_conflicts(pod.host_ports) if pod.host_ports else None
+        types = self._new_claim_types(model, requirements, vector, count, exclude)
         if types is None:
             return None
         self.counter += 1
@@ -639,7 +728,6 @@ class _Run:
             model.taints,
             pool=model,
             origin=pod.key,
-            ports=set(model.daemon_ports),
             min_values_relaxed=relaxed,
         )
         self._set_idx(b, *types)
@@ -821,7 +909,6 @@ class _Run:
             model.taints,
             pool=model,
             origin=pods[0][1].key,
-            ports=set(model.daemon_ports),
         )
         self._set_idx(b, *types)
         self._claim_index[id(b)] = len(self.claims)

@@ -141,7 +141,7 @@ def build_snapshot(
         pods=tuple(pending),
         nodepools=tuple(inputs),
         nodes=tuple(nodes),
-        daemonsets=workloads.daemonsets,
+        daemonsets=_daemon_pods(workloads),
         namespaces=dict(workloads.namespaces),
         preference_policy=preference_policy or policy["preference_policy"],
         min_values_policy=min_values_policy or policy["min_values_policy"],
@@ -235,6 +235,26 @@ def _cluster_nodes(
                 node = replace(node, taints=kept)
         nodes.append(node)
     return nodes, rescheduled
+
+
+def _daemon_pods(workloads) -> tuple:
+    """Each DaemonSet's overhead from one of its pods when one exists (the controller and
+    admission may have changed what the template asks, as upstream reads it), with the
+    template's node affinity in place of the pod's (the controller pins each pod to its node)."""
+    from provisioning.scheduling.workloads import DaemonSetOverhead
+
+    pods = {}
+    for pod in workloads.pods:
+        if pod.is_daemonset and pod.owner is not None:
+            pods.setdefault((pod.namespace, pod.owner.name), pod)
+    out = []
+    for daemonset in workloads.daemonsets:
+        pod = pods.get((daemonset.namespace, daemonset.name))
+        if pod is not None:
+            pod = replace(pod, required_node_affinity=daemonset.pod.required_node_affinity, node_name=None)
+            daemonset = DaemonSetOverhead(daemonset.namespace, daemonset.name, pod)
+        out.append(daemonset)
+    return tuple(out)
 
 
 def _fill_uninitialized(nodes: list[ExistingNode], inputs: Sequence[NodePoolInput]) -> list[ExistingNode]:

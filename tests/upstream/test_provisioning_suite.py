@@ -24,7 +24,6 @@ Mappings used throughout (besides README.md's table):
 
 from __future__ import annotations
 
-import pytest
 from harness import (
     ARCH,
     CAPACITY_TYPE,
@@ -373,17 +372,14 @@ def test_should_provision_multiple_nodes_when_maxpods_is_set(env):
         env.scheduled(p)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: a Node with metadata.deletionTimestamp still takes pending pods (ExistingNode does not read "
-    "it; upstream skips deleting nodes)",
-)
 def test_should_schedule_all_pods_on_one_inflight_node_when_node_is_in_deleting_state(env):
     """Provisioning / should schedule all pods on one inflight node when node is in deleting state
 
-    its[0] (default-instance-type): m5.large. The node gets m5.large's allocatable (upstream's
-    test.Node has none), so that only its deletion keeps the new pods off it."""
-    np = node_pool()
+    its[0] (default-instance-type): m5.large, the NodePool's only type (upstream's fake types all
+    hold the five pods on one node; the cheapest real ones hold four). The node gets m5.large's
+    allocatable (upstream's test.Node has none), so that only its deletion keeps the new pods off
+    it; its three pods move with the two new ones to one new node, as upstream reschedules them."""
+    np = node_pool(requirements=[requirement(INSTANCE_TYPE, "In", DEFAULT_INSTANCE_TYPE)])
     old = node(
         labels={NODEPOOL: np["metadata"]["name"], INSTANCE_TYPE: DEFAULT_INSTANCE_TYPE},
         allocatable={"cpu": "1930m", "memory": "7134Mi", "pods": "29", "ephemeral-storage": "17Gi"},
@@ -626,12 +622,6 @@ def test_should_not_schedule_if_daemonset_overhead_is_too_large(env):
     env.not_scheduled(p)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: a pending DaemonSet-owned pod is planned as an ordinary pod (it shares the claim) and the "
-    "overhead is the DaemonSet template's 4 cpu, not its pod's 2 cpu: 7 cpu, an 8-vCPU type; upstream never "
-    "provisions for DaemonSet pods and takes the overhead from the daemon pod",
-)
 def test_should_account_for_overhead_using_daemonset_pod_spec_instead_of_daemonset_spec(env):
     """Provisioning / Daemonsets / should account for overhead using daemonset pod spec instead of daemonset spec
 
@@ -786,12 +776,6 @@ def test_should_account_daemonsets_with_notin_operator_and_unspecified_key(env):
     assert vcpus(env.scheduled(p)) == 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: a pending DaemonSet-owned pod is planned as an ordinary pod (it shares the claim) and the "
-    "overhead is the DaemonSet template's 4 cpu, not its pod's 2 cpu: 7 cpu, an 8-vCPU type; upstream never "
-    "provisions for DaemonSet pods and takes the overhead from the daemon pod",
-)
 def test_should_remove_daemonset_node_hostname_affinity_when_considering_daemonset_schedulability(env):
     """Provisioning / Daemonsets / should remove daemonset node hostname affinity when considering daemonset schedulability
 
@@ -859,12 +843,6 @@ def test_should_consider_a_daemonset_schedulable_with_a_prefernoschedule_taint(e
     assert vcpus(env.scheduled(p)) == 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: a DaemonSet's host ports are reserved on every new claim of a NodePool it may land on "
-    "(PoolModel.daemon_ports), even when the claim's requirements (instance-cpu Lt 5) exclude the daemon's types "
-    "(Gt 4); upstream reserves only the ports of daemons compatible with the claim, so the pod is not placed",
-)
 def test_should_not_account_for_daemonset_hostports_when_daemonset_would_not_schedule_on_selected_node(env):
     """Provisioning / Daemonsets / should not account for daemonset hostports when daemonset would not schedule on selected node
 
@@ -1214,12 +1192,6 @@ def test_should_ignore_node_preferredduringschedulingignoredduringexecution_affi
     _ignore_node_preference(env, HOSTNAME)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="solver: the 1-cpu pod (no preference left) gets a node of its own: the integer packing packs pods of "
-    "different node requirements apart, so it never joins the zone-1 pod's claim, which has room at no extra cost; "
-    "upstream tries in-flight NodeClaims fewest pods first and puts it there",
-)
 def test_should_ignore_node_affinity_preferences(env):
     """Provisioning / Preferential Fallback / Ignore Preferences / should ignore node affinity preferences
 
