@@ -784,8 +784,11 @@ class _Run:
                 continue
             model = b.pool
             assert model is not None
-            copies = model.copies(self._narrow(b, requirements, b.used), b.used, vector)
+            narrowed = self._narrow(b, requirements, b.used)
+            copies = model.copies(narrowed, b.used, vector)
             room = int(copies.max()) if len(copies) else 0
+            if requirements.has_min_values:
+                room = _min_values_room(model, requirements, narrowed, copies, room)
             take = max(1, min(room, len(queue)))
             for p in queue[:take]:
                 self._grow(b, requirements, p, variant, vector, 1) if p is queue[0] else self._commit(
@@ -932,6 +935,11 @@ class _Run:
         counts = np.minimum(model.max_copies(mask, np.zeros_like(vector), vector), left)
         if not counts.any():
             return 0
+        if requirements.has_min_values:
+            # No more pods than leave enough types to meet its minValues.
+            rows = np.flatnonzero(counts)
+            most = _min_values_room(model, requirements, rows, counts[rows], int(counts.max()))
+            counts = np.minimum(counts, most)
         if self.strategy == LARGEST:
             return int(counts.max())
         with np.errstate(divide="ignore"):
@@ -1154,6 +1162,19 @@ def _queue_order(group: Sequence[Pod]) -> tuple:
 
 
 MIN_VALUES_RELAXED = "karpenter.sh/nodeclaim-min-values-relaxed"
+
+
+def _min_values_room(
+    model: PoolModel, requirements: Requirements, rows: np.ndarray, copies: np.ndarray, most: int
+) -> int:
+    """The most pods (up to ``most``) a claim may take while the types ``rows`` that hold them
+    (``copies``: how many each holds) still meet every minValues; at least 1."""
+    for take in sorted({int(c) for c in copies if 0 < c <= most}, reverse=True):
+        mask = np.zeros(len(model), dtype=bool)
+        mask[rows[copies >= take]] = True
+        if model.min_values_ok(requirements, mask):
+            return take
+    return 1
 
 
 def _lowered(requirements: Requirements, labels: Sequence[Mapping[str, str]]) -> Requirements:
