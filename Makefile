@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds manifests image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-ui fuzz-api clean
+.PHONY: setup run test test-fast lint crds manifests image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-ui fuzz-api fuzz-solver clean
 
 setup: $(STAMP)
 
@@ -86,6 +86,11 @@ bench-capacity: setup
 # schemathesis against the OpenAPI schema: no server errors, only documented answers.
 fuzz-api: setup
 	$(PY) scripts/fuzz_api.py
+
+# THE solver's properties over thousands of random snapshots (make test runs a few hundred):
+# every plan passes THE verifier, and no pod that fits alone on a new node stays pending.
+fuzz-solver: setup
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest tests/test_solver_properties.py -p no:cacheprovider
 
 # Page render times on 10,000 pods, 1,000 nodes and 100,000 decisions in PostgreSQL.
 bench-ui: setup

@@ -1065,6 +1065,7 @@ class _Run:
                     unschedulable[pod.key] = finished
                 continue
             claims.append(finished)
+        claims = self._within_limits(claims)
         existing = {b.name: tuple(p.key for p in b.pods[self._bound(b) :]) for b in self.bins}
         placed = {key for claim in claims for key in claim.pods} | {k for keys in existing.values() for k in keys}
         return Plan(
@@ -1076,6 +1077,43 @@ class _Run:
             stats={"pods": len(self.snapshot.pods), "strategy": self.strategy},
             order=tuple(key for key in self.order if key in placed),
         )
+
+    def _within_limits(self, claims: list[ClaimPlan]) -> list[ClaimPlan]:
+        """Options that would take a NodePool past its limits, were every claim to launch as its
+        largest option (upstream subtracts each claim's largest option from what is left), are
+        dropped. Planning counted each claim at its cheapest option, and all of those fit, so
+        every claim keeps that one: each in turn may take what is left less the cheapest of the
+        claims after it."""
+        out = list(claims)
+        for model in self.pools:
+            limited = [r for r in model.pool.limits if r in self.resources]
+            mine = [i for i, c in enumerate(out) if c.nodepool == model.name]
+            if not limited or not mine:
+                continue
+            columns = [self.resources.index(r) for r in limited]
+            capacity = {t.name: model.capacity[i][columns] for i, t in enumerate(model.types)}
+            left = np.array([model.pool.limits[r] - model.pool.in_use.get(r, 0) for r in limited], dtype=np.int64)
+            cheapest = [capacity[out[i].chosen.instance_type] for i in mine]
+            after = np.sum(cheapest, axis=0) if cheapest else np.zeros(len(limited), dtype=np.int64)
+            for n, i in enumerate(mine):
+                after = after - cheapest[n]
+                room = left - after
+                claim = out[i]
+                kept = tuple(o for o in claim.options if (capacity[o.instance_type] <= room).all())
+                if len(kept) < len(claim.options) and kept:
+                    types = Requirement.of(
+                        "node.kubernetes.io/instance-type", IN, list(dict.fromkeys(o.instance_type for o in kept))
+                    )
+                    requests = claim.requests
+                    out[i] = claim = replace(
+                        claim,
+                        options=kept,
+                        requirements=claim.requirements.add(types),
+                        alternatives=_alternatives(kept),
+                        why=_why_chosen(kept[0], kept, len(claim.pods), requests),
+                    )
+                left = left - np.max([capacity[o.instance_type] for o in claim.options], axis=0)
+        return out
 
     def _bound(self, b: Bin) -> int:
         node = self._node_by_name.get(b.name)

@@ -360,18 +360,28 @@ class _Verifier:
                     return
 
     def _check_ports(self, node: _Node, daemons: list[DaemonSetOverhead]) -> None:
-        if not any(p.host_ports for p in node.new):
+        """A new pod's host ports against every other pod's and, on each option, the DaemonSets
+        that will run there (two DaemonSets that collide are the cluster's, not the plan's)."""
+        wanting = [p for p in node.new if p.host_ports]
+        if not wanting:
             return
-        taken: list[tuple[str, tuple]] = [(p.key, p.host_ports) for p in node.pods if p.host_ports]
-        for labels in node.label_sets[:1]:
-            for daemon in self._daemons_on(node, labels, daemons):
-                if daemon.pod.host_ports and daemon.name not in node.daemons_running:
-                    taken.append((f"DaemonSet {daemon.key}", daemon.pod.host_ports))
-        for i, (who, ports) in enumerate(taken):
-            for other, others in taken[i + 1 :]:
-                if ports_conflict(ports, others):
-                    self.add(HOST_PORTS, f"{who} and {other} take the same host port", node.name)
-                    return
+        others = [(p.key, p.host_ports) for p in node.pods if p.host_ports and not p.terminal]
+        seen_daemons: set[tuple] = set()
+        for labels in node.label_sets:
+            on_it = tuple(
+                d
+                for d in self._daemons_on(node, labels, daemons)
+                if d.pod.host_ports and d.name not in node.daemons_running
+            )
+            if on_it in seen_daemons:
+                continue
+            seen_daemons.add(on_it)
+            taken = others + [(f"DaemonSet {d.key}", d.pod.host_ports) for d in on_it]
+            for pod in wanting:
+                for who, ports in taken:
+                    if who != pod.key and ports_conflict(pod.host_ports, ports):
+                        self.add(HOST_PORTS, f"it and {who} take the same host port", node.name, pod.key)
+                        return
 
     # -------------------------------------------------------------- limits and minValues
 
