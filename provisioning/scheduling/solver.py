@@ -1065,7 +1065,7 @@ class _Run:
                     unschedulable[pod.key] = finished
                 continue
             claims.append(finished)
-        claims = self._within_limits(claims)
+        claims = self._within_limits(claims, unschedulable)
         existing = {b.name: tuple(p.key for p in b.pods[self._bound(b) :]) for b in self.bins}
         placed = {key for claim in claims for key in claim.pods} | {k for keys in existing.values() for k in keys}
         return Plan(
@@ -1078,13 +1078,14 @@ class _Run:
             order=tuple(key for key in self.order if key in placed),
         )
 
-    def _within_limits(self, claims: list[ClaimPlan]) -> list[ClaimPlan]:
+    def _within_limits(self, claims: list[ClaimPlan], unschedulable: dict[str, str]) -> list[ClaimPlan]:
         """Options that would take a NodePool past its limits, were every claim to launch as its
         largest option (upstream subtracts each claim's largest option from what is left), are
         dropped. Planning counted each claim at its cheapest option, and all of those fit, so
         every claim keeps that one: each in turn may take what is left less the cheapest of the
-        claims after it."""
-        out = list(claims)
+        claims after it. A claim whose remaining options no longer meet a minValues is left out
+        (Strict: its pods stay pending, saying why) or has it lowered (BestEffort)."""
+        out: list[ClaimPlan | None] = list(claims)
         for model in self.pools:
             limited = [r for r in model.pool.limits if r in self.resources]
             mine = [i for i, c in enumerate(out) if c.nodepool == model.name]
@@ -1099,21 +1100,46 @@ class _Run:
                 after = after - cheapest[n]
                 room = left - after
                 claim = out[i]
+                assert claim is not None
                 kept = tuple(o for o in claim.options if (capacity[o.instance_type] <= room).all())
                 if len(kept) < len(claim.options) and kept:
-                    types = Requirement.of(
-                        "node.kubernetes.io/instance-type", IN, list(dict.fromkeys(o.instance_type for o in kept))
+                    requirements = claim.requirements.add(
+                        Requirement.of(
+                            "node.kubernetes.io/instance-type", IN, list(dict.fromkeys(o.instance_type for o in kept))
+                        )
                     )
-                    requests = claim.requests
+                    annotations = claim.annotations
+                    if requirements.has_min_values:
+                        labels = [
+                            {
+                                **model.types[model.index_of(o.instance_type)].labels,
+                                ZONE: o.zone,
+                                CAPACITY_TYPE: o.capacity_type,
+                            }
+                            for o in kept
+                        ]
+                        if requirements.min_values_prefix(labels) is None:
+                            if not self.best_effort:
+                                unmet = requirements.min_values_satisfied(labels)
+                                for pod in claim.pods:
+                                    unschedulable[pod] = (
+                                        f"NodePool {model.name}: the instance types that stay within its limits "
+                                        f"({_limits(model)}) do not meet minValues: {unmet.message if unmet else ''}"
+                                    )
+                                out[i] = None
+                                continue
+                            requirements = _lowered(requirements, labels)
+                            annotations = {**annotations, MIN_VALUES_RELAXED: "true"}
                     out[i] = claim = replace(
                         claim,
                         options=kept,
-                        requirements=claim.requirements.add(types),
+                        requirements=requirements,
+                        annotations=annotations,
                         alternatives=_alternatives(kept),
-                        why=_why_chosen(kept[0], kept, len(claim.pods), requests),
+                        why=_why_chosen(kept[0], kept, len(claim.pods), claim.requests),
                     )
                 left = left - np.max([capacity[o.instance_type] for o in claim.options], axis=0)
-        return out
+        return [c for c in out if c is not None]
 
     def _bound(self, b: Bin) -> int:
         node = self._node_by_name.get(b.name)

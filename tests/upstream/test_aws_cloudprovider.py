@@ -244,7 +244,7 @@ class SubnetEnv(Env):
 
 def test_createfleet_input_should_respect_minvalues_for_in_operator_requirement_from_nodepool(env):
     """CloudProvider / MinValues / CreateFleet input should respect minValues for In operator requirement from NodePool
-    instances[0] (1 vCPU) → r6g.medium, instances[1] (8 vCPU) → c6g.large."""  # noqa: E501
+    instances[0] (1 vCPU) → r6g.medium, instances[1] (8 vCPU) → c6g.large."""
     nodepool = node_pool(
         requirements=[
             requirement(CAPACITY_TYPE, "In", SPOT),
@@ -263,7 +263,7 @@ def test_createfleet_input_should_respect_minvalues_for_in_operator_requirement_
 
 def test_createfleet_input_should_respect_minvalues_for_exists_operator_in_requirement_from_nodepool(env):
     """CloudProvider / MinValues / CreateFleet input should respect minValues for Exists Operator in requirement from NodePool
-    instances[0] (1 vCPU) → r6g.medium, instances[1] (8 vCPU) → c6g.large."""  # noqa: E501
+    instances[0] (1 vCPU) → r6g.medium, instances[1] (8 vCPU) → c6g.large."""
     nodepool = node_pool(
         requirements=[
             requirement(INSTANCE_TYPE, "Exists", min_values=2),
@@ -308,7 +308,7 @@ def test_createfleet_input_should_respect_minvalues_from_multiple_keys_in_nodepo
 
 def test_should_launch_instances_into_subnets_that_are_excluded_by_another_nodepool():
     """CloudProvider / Subnet Compatibility / should launch instances into subnets that are excluded by another NodePool
-    The EC2NodeClass selects test-subnet-1 (us-east-1a), the second one test-subnet-2 (us-east-1b)."""  # noqa: E501
+    The EC2NodeClass selects test-subnet-1 (us-east-1a), the second one test-subnet-2 (us-east-1b)."""
     env = SubnetEnv({"default": [ZONE_1], "nodeclass-2": [ZONE_2]})
     env.apply(ec2_node_class("default", subnetSelectorTerms=[{"tags": {"Name": "test-subnet-1"}}]))
     env.apply(base_node_pool())
@@ -330,9 +330,9 @@ def test_should_launch_instances_into_subnets_that_are_excluded_by_another_nodep
     assert env.scheduled(pod_subnet2).zone == ZONE_2
 
 
-def test_should_launch_instances_with_an_alternate_nodepool_when_a_nodeclass_selects_0_subnets_security_groups_or_amis():  # noqa: E501
+def test_should_launch_instances_with_an_alternate_nodepool_when_a_nodeclass_selects_0_subnets_security_groups_or_amis():
     """CloudProvider / Subnet Compatibility / should launch instances with an alternate NodePool when a NodeClass selects 0 subnets, security groups, or amis
-    The misconfigured EC2NodeClass's selectors match nothing: no subnet, so no offering."""  # noqa: E501
+    The misconfigured EC2NodeClass's selectors match nothing: no subnet, so no offering."""
     env = SubnetEnv({"misconfigured": []})
     misconfigured = ec2_node_class(
         "misconfigured",

@@ -354,7 +354,7 @@ def test_should_schedule_on_one_of_the_cheapest_instances_pod_ct_spot(env):
 
 
 def test_should_schedule_on_one_of_the_cheapest_instances_prov_ct_ondemand_prov_zone_test_zone_1(env):
-    """Instance Type Selection / should schedule on one of the cheapest instances (prov ct = ondemand, prov zone = test-zone-1)"""  # noqa: E501
+    """Instance Type Selection / should schedule on one of the cheapest instances (prov ct = ondemand, prov zone = test-zone-1)"""
     env.apply(
         base_node_pool(requirements=[requirement(CAPACITY_TYPE, "In", ON_DEMAND), requirement(ZONE, "In", ZONE_1)])
     )
@@ -366,7 +366,7 @@ def test_should_schedule_on_one_of_the_cheapest_instances_prov_ct_ondemand_prov_
 
 
 def test_should_schedule_on_one_of_the_cheapest_instances_pod_ct_spot_pod_zone_test_zone_1(env):
-    """Instance Type Selection / should schedule on one of the cheapest instances (pod ct = spot, pod zone = test-zone-1)"""  # noqa: E501
+    """Instance Type Selection / should schedule on one of the cheapest instances (pod ct = spot, pod zone = test-zone-1)"""
     env.apply(base_node_pool())
     pod = unschedulable_pod(node_requirements=[requirement(CAPACITY_TYPE, "In", SPOT), requirement(ZONE, "In", ZONE_1)])
     result = env.provision(pod)
@@ -376,7 +376,7 @@ def test_should_schedule_on_one_of_the_cheapest_instances_pod_ct_spot_pod_zone_t
 
 
 def test_should_schedule_on_one_of_the_cheapest_instances_prov_ct_spot_pod_zone_test_zone_2(env):
-    """Instance Type Selection / should schedule on one of the cheapest instances (prov ct = spot, pod zone = test-zone-2)"""  # noqa: E501
+    """Instance Type Selection / should schedule on one of the cheapest instances (prov ct = spot, pod zone = test-zone-2)"""
     env.apply(base_node_pool(requirements=[requirement(CAPACITY_TYPE, "In", SPOT)]))
     pod = unschedulable_pod(node_requirements=[requirement(ZONE, "In", ZONE_2)])
     result = env.provision(pod)
@@ -388,7 +388,7 @@ def test_should_schedule_on_one_of_the_cheapest_instances_prov_ct_spot_pod_zone_
 def test_should_schedule_on_one_of_the_cheapest_instances_prov_spot_test_zone_2_pod_amd64_linux(env):
     """Instance Type Selection / should schedule on one of the cheapest instances (prov = spot/test-zone-2, pod = amd64/linux)
     As upstream's code: the NodePool requires amd64 and linux, the pod spot and test-zone-2. Both NodePools
-    (AL2023 and Windows2022 EC2NodeClass) have the NodePool's requirements."""  # noqa: E501
+    (AL2023 and Windows2022 EC2NodeClass) have the NodePool's requirements."""
     env.apply(both_os_pools(env, [requirement(ARCH, "In", "amd64"), requirement(OS, "In", "linux")]))
     pod = unschedulable_pod(node_requirements=[requirement(CAPACITY_TYPE, "In", SPOT), requirement(ZONE, "In", ZONE_2)])
     result = env.provision(pod)
@@ -404,7 +404,7 @@ def test_should_schedule_on_one_of_the_cheapest_instances_prov_spot_test_zone_2_
 
 def test_should_schedule_on_one_of_the_cheapest_instances_pod_ct_spot_test_zone_2_amd64_linux(env):
     """Instance Type Selection / should schedule on one of the cheapest instances (pod ct = spot/test-zone-2/amd64/linux)
-    The BeforeEach NodePool on the AL2023 and on the Windows2022 EC2NodeClass."""  # noqa: E501
+    The BeforeEach NodePool on the AL2023 and on the Windows2022 EC2NodeClass."""
     env.apply(both_os_pools(env))
     pod = unschedulable_pod(
         node_requirements=[
@@ -442,7 +442,7 @@ def test_should_not_schedule_if_no_instance_type_matches_selector_pod_arch_arm(e
 
 def test_should_not_schedule_if_no_instance_type_matches_selector_pod_arch_arm_zone_test_zone_2(env):
     """Instance Type Selection / should not schedule if no instance type matches selector (pod arch = arm zone=test-zone-2)
-    The fake provider without arm64 types in test-zone-2: their offerings there out of capacity."""  # noqa: E501
+    The fake provider without arm64 types in test-zone-2: their offerings there out of capacity."""
     env.apply(base_node_pool())
     remove_types(env, type_names(env, "arm64"), [ZONE_2])
     pod = unschedulable_pod(node_requirements=[requirement(ARCH, "In", "arm64"), requirement(ZONE, "In", ZONE_2)])
@@ -453,7 +453,7 @@ def test_should_not_schedule_if_no_instance_type_matches_selector_pod_arch_arm_z
 
 def test_should_not_schedule_if_no_instance_type_matches_selector_prov_arch_arm_pod_zone_test_zone_2(env):
     """Instance Type Selection / should not schedule if no instance type matches selector (prov arch = arm / pod zone=test-zone-2)
-    The fake provider without arm64 types in test-zone-2: their offerings there out of capacity."""  # noqa: E501
+    The fake provider without arm64 types in test-zone-2: their offerings there out of capacity."""
     env.apply(base_node_pool(requirements=[requirement(ARCH, "In", "arm64")]))
     remove_types(env, type_names(env, "arm64"), [ZONE_2])
     pod = unschedulable_pod(node_requirements=[requirement(ZONE, "In", ZONE_2)])
@@ -505,13 +505,13 @@ def test_should_schedule_on_an_instance_with_enough_resources(env):
         assert (dict(t.capacity), t.overhead.total()) == before[(pool, t.name)], f"{t.name} was modified"
 
 
-def test_should_schedule_on_cheaper_on_demand_instance_even_when_spot_price_ordering_would_place_other_instance_types_first(  # noqa: E501
+def test_should_schedule_on_cheaper_on_demand_instance_even_when_spot_price_ordering_would_place_other_instance_types_first(
     env,
 ):
     """Instance Type Selection / should schedule on cheaper on-demand instance even when spot price ordering would place other instance types first
     test-instance1 (on-demand $1.0, spot $0.2) → t3a.small (on-demand $0.0188, spot from $0.0028);
     test-instance2 (on-demand $1.3, spot $0.1) → t3.small (on-demand $0.0208, spot from $0.0025); the
-    fake provider's two types: a NodePool requirement on node.kubernetes.io/instance-type."""  # noqa: E501
+    fake provider's two types: a NodePool requirement on node.kubernetes.io/instance-type."""
     env.apply(
         base_node_pool(
             requirements=[
@@ -558,7 +558,7 @@ def _check_sizes(result: Result, one: Iterable[str] = (), both: Iterable[str] = 
 def test_should_schedule_respecting_the_minvalues_from_instance_type_requirements(env):
     """Instance Type Selection / MinValues / should schedule respecting the minValues from instance-type requirements
     instance-type-1 (1 cpu) → r6g.medium, instance-type-2 (4 cpu) → c6g.large (holds both pods, cheaper than
-    two r6g.medium)."""  # noqa: E501
+    two r6g.medium)."""
     env.apply(node_pool(requirements=[requirement(INSTANCE_TYPE, "In", SMALL, LARGE, min_values=2)]))
     pod1, pod2 = _two_pods()
     result = env.provision(pod1, pod2)
@@ -586,7 +586,7 @@ def test_should_schedule_respecting_the_minvalues_in_gt_operator(env):
 
 def test_scheduler_should_fail_if_the_minvalues_in_gt_operator_is_not_satisfied(env):
     """Instance Type Selection / MinValues / scheduler should fail if the minValues in Gt operator is not satisfied
-    numerical-value 2, 3 → instance generation: x2gd.medium (2), c4.large (4)."""  # noqa: E501
+    numerical-value 2, 3 → instance generation: x2gd.medium (2), c4.large (4)."""
     env.apply(
         node_pool(
             requirements=[
@@ -627,7 +627,7 @@ def test_should_schedule_respecting_the_minvalues_in_lt_operator(env):
 
 def test_scheduler_should_fail_if_the_minvalues_in_lt_operator_is_not_satisfied(env):
     """Instance Type Selection / MinValues / scheduler should fail if the minValues in Lt operator is not satisfied
-    numerical-value 2, 4 → instance generation: t2.large (2, holds both pods), c4.large (4)."""  # noqa: E501
+    numerical-value 2, 4 → instance generation: t2.large (2, holds both pods), c4.large (4)."""
     env.apply(
         node_pool(
             requirements=[
@@ -643,12 +643,12 @@ def test_scheduler_should_fail_if_the_minvalues_in_lt_operator_is_not_satisfied(
     env.not_scheduled(pod2)
 
 
-def test_should_schedule_considering_the_max_of_the_minvalues_of_in_and_notin_operators_in_the_instance_type_requirements(  # noqa: E501
+def test_should_schedule_considering_the_max_of_the_minvalues_of_in_and_notin_operators_in_the_instance_type_requirements(
     env,
 ):
     """Instance Type Selection / MinValues / should schedule considering the max of the minValues of In and NotIn operators in the instance-type requirements
     instance-type-1, 2, 3 → r6g.medium (holds one pod), c6g.large (holds both, cheaper than two r6g.medium),
-    c6g.xlarge."""  # noqa: E501
+    c6g.xlarge."""
     env.apply(
         node_pool(
             requirements=[
@@ -666,7 +666,7 @@ def test_should_schedule_considering_the_max_of_the_minvalues_of_in_and_notin_op
 def test_should_schedule_considering_the_max_of_the_minvalues_of_gt_and_lt_operators(env):
     """Instance Type Selection / MinValues / should schedule considering the max of the minValues of Gt and Lt operators.
     numerical-value 2, 3, 4, 5 → instance generation: x2gd.medium (2), m3.medium (3, holds one pod), c4.large
-    (4, holds both, cheaper than two m3.medium), c5.large (5)."""  # noqa: E501
+    (4, holds both, cheaper than two m3.medium), c5.large (5)."""
     env.apply(
         node_pool(
             requirements=[
@@ -687,7 +687,7 @@ def test_schedule_should_fail_if_minimum_number_of_instancetypes_is_not_met_as_p
 ):
     """Instance Type Selection / MinValues / schedule should fail if minimum number of InstanceTypes is not met as per the minValues in the requirement
     The fake provider's first 10 types → the 10 cheapest general-purpose types of the catalog, by a
-    NodePool requirement on node.kubernetes.io/instance-type."""  # noqa: E501
+    NodePool requirement on node.kubernetes.io/instance-type."""
     ten = ["t3.nano", "t3a.nano", "t3.micro", "t3a.micro", "t4g.nano", "t3.small", "t3a.small", "t4g.micro"]
     ten += ["t3.medium", "t4g.small"]
     env.apply(
@@ -705,12 +705,12 @@ def test_schedule_should_fail_if_minimum_number_of_instancetypes_is_not_met_as_p
     env.not_scheduled(pod)
 
 
-def test_schedule_should_fail_if_minimum_number_of_instancetypes_is_not_met_as_per_the_minvalues_in_the_requirement_after_truncation(  # noqa: E501
+def test_schedule_should_fail_if_minimum_number_of_instancetypes_is_not_met_as_per_the_minvalues_in_the_requirement_after_truncation(
     env,
 ):
     """Instance Type Selection / MinValues / schedule should fail if minimum number of InstanceTypes is not met as per the minValues in the requirement after truncation
     instance-type-1 (1 cpu) → r6g.medium, instance-type-2 (4 cpu) → c6g.large; MaxInstanceTypes = 1 is
-    the snapshot's max_instance_types."""  # noqa: E501
+    the snapshot's max_instance_types."""
     env.max_instance_types = 1
     env.apply(node_pool(requirements=[requirement(INSTANCE_TYPE, "In", SMALL, LARGE, min_values=2)]))
     pod1, pod2 = _two_pods()
@@ -720,11 +720,11 @@ def test_schedule_should_fail_if_minimum_number_of_instancetypes_is_not_met_as_p
     env.not_scheduled(pod2)
 
 
-def test_should_schedule_and_pick_the_max_of_minvalues_of_instancetypes_if_multiple_operators_are_used_for_the_same_requirement(  # noqa: E501
+def test_should_schedule_and_pick_the_max_of_minvalues_of_instancetypes_if_multiple_operators_are_used_for_the_same_requirement(
     env,
 ):
     """Instance Type Selection / MinValues / should schedule and pick the max of minValues of InstanceTypes if multiple operators are used for the same requirement.
-    instance-type-1 (1 cpu) → r6g.medium, instance-type-2 (4 cpu) → c6g.large."""  # noqa: E501
+    instance-type-1 (1 cpu) → r6g.medium, instance-type-2 (4 cpu) → c6g.large."""
     env.apply(
         node_pool(
             requirements=[

@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (a docstring's first line is the upstream path, whatever its length)
 """Upstream's provisioner suite (``pkg/controllers/provisioning/suite_test.go``), ported.
 
 The suite drives the Go provisioner end to end; its Its about what gets planned (nodes

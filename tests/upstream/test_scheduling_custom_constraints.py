@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (a docstring's first line is the upstream path, whatever its length)
 """Upstream's scheduling suite, ``Describe("Custom Constraints")``
 (``pkg/controllers/provisioning/scheduling/suite_test.go``), ported.
 

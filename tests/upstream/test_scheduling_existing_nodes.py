@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (a docstring's first line is the upstream path, whatever its length)
 """Upstream's scheduling suite (``pkg/controllers/provisioning/scheduling/suite_test.go`` lines
 2606-5745), ported: ``Describe("Existing Nodes")`` (with its DaemonSets Context), "No
 Pre-Binding", "VolumeUsage", "Deleting Nodes", "Metrics", "Reserved Instance Types",

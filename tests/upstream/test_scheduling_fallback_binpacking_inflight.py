@@ -46,7 +46,7 @@ from harness import (
 SOURCE = "kubernetes-sigs/karpenter pkg/controllers/provisioning/scheduling/suite_test.go"
 COMMIT = "2266468104f36373ed002241afaee2d3bbc26078"
 NOT_PORTED: dict[str, str] = {
-    "In-Flight Nodes / Taints / should consider a tainted NotReady node as in-flight even if initialized": (
+    "Scheduling / In-Flight Nodes / Taints / should consider a tainted NotReady node as in-flight even if initialized": (
         "it passes upstream only because the scheduler's cluster state is not reconciled after the taints are "
         "added (on an initialized node StateNode.Taints() counts them): there is no behaviour to port; an "
         "uninitialized node's ephemeral taints are ignored, as the tests before it check"
@@ -135,7 +135,7 @@ def preferred(*terms: tuple[int, list]):
 
 
 def test_should_not_relax_the_final_term(env):
-    """Preferential Fallback / Required / should not relax the final term
+    """Scheduling / Preferential Fallback / Required / should not relax the final term
 
     default-instance-type is c5.xlarge."""
     pool = node_pool(requirements=[requirement(ZONE, "In", ZONE_1), types_in(DEFAULT_TYPE)])
@@ -146,7 +146,7 @@ def test_should_not_relax_the_final_term(env):
 
 
 def test_should_relax_multiple_terms(env):
-    """Preferential Fallback / Required / should relax multiple terms"""
+    """Scheduling / Preferential Fallback / Required / should relax multiple terms"""
     p = unschedulable_pod(
         node_requirement_terms=[
             [requirement(ZONE, "In", "invalid")],
@@ -161,7 +161,7 @@ def test_should_relax_multiple_terms(env):
 
 
 def test_should_relax_all_terms(env):
-    """Preferential Fallback / Preferred / should relax all terms"""
+    """Scheduling / Preferential Fallback / Preferred / should relax all terms"""
     p = unschedulable_pod(
         spec=preferred(
             (1, [requirement(ZONE, "In", "invalid")]),
@@ -174,7 +174,7 @@ def test_should_relax_all_terms(env):
 
 
 def test_should_relax_to_use_lighter_weights(env):
-    """Preferential Fallback / Preferred / should relax to use lighter weights
+    """Scheduling / Preferential Fallback / Preferred / should relax to use lighter weights
 
     The heaviest preference asks for an instance type named like a zone, which no type is."""
     pool = node_pool(requirements=[requirement(ZONE, "In", ZONE_1, ZONE_2)])
@@ -191,7 +191,7 @@ def test_should_relax_to_use_lighter_weights(env):
 
 
 def test_should_schedule_even_if_preference_is_conflicting_with_requirement(env):
-    """Preferential Fallback / Preferred / should schedule even if preference is conflicting with requirement"""
+    """Scheduling / Preferential Fallback / Preferred / should schedule even if preference is conflicting with requirement"""
     p = unschedulable_pod(
         spec={
             "affinity": {
@@ -212,7 +212,7 @@ def test_should_schedule_even_if_preference_is_conflicting_with_requirement(env)
 
 
 def test_should_schedule_even_if_preference_requirements_are_conflicting(env):
-    """Preferential Fallback / Preferred / should schedule even if preference requirements are conflicting
+    """Scheduling / Preferential Fallback / Preferred / should schedule even if preference requirements are conflicting
 
     Upstream's NodePreferences are one preferred term holding both requirements (so the term
     itself is contradictory); it is built as such here."""
@@ -228,7 +228,7 @@ def test_should_schedule_even_if_preference_requirements_are_conflicting(env):
 
 
 def test_should_not_schedule_if_requesting_more_resources_than_any_instance_type_has(env):
-    """Instance Type Compatibility / should not schedule if requesting more resources than any instance type has
+    """Scheduling / Instance Type Compatibility / should not schedule if requesting more resources than any instance type has
 
     Upstream asks 512 cpu of a catalog whose largest type has 16; the real catalog's largest has
     896 vCPU, so the pod asks 1024."""
@@ -239,7 +239,7 @@ def test_should_not_schedule_if_requesting_more_resources_than_any_instance_type
 
 
 def test_should_launch_pods_with_different_archs_on_different_instances(env):
-    """Instance Type Compatibility / should launch pods with different archs on different instances"""
+    """Scheduling / Instance Type Compatibility / should launch pods with different archs on different instances"""
     pool = node_pool(requirements=[requirement(ARCH, "In", "arm64", "amd64")])
     env.apply(pool)
     pods = [
@@ -251,9 +251,9 @@ def test_should_launch_pods_with_different_archs_on_different_instances(env):
 
 
 def test_should_exclude_instance_types_that_are_not_supported_by_the_pod_constraints_node_affinity_instance_type(env):
-    """Instance Type Compatibility / should exclude instance types that are not supported by the pod constraints (node affinity/instance type)
+    """Scheduling / Instance Type Compatibility / should exclude instance types that are not supported by the pod constraints (node affinity/instance type)
 
-    arm-instance-type is r7g.4xlarge (arm64)."""  # noqa: E501
+    arm-instance-type is r7g.4xlarge (arm64)."""
     env.apply(node_pool(requirements=[requirement(ARCH, "In", "amd64")]))
     p = unschedulable_pod(node_requirements=[types_in(ARM_TYPE)])
     env.provision(p)
@@ -263,10 +263,10 @@ def test_should_exclude_instance_types_that_are_not_supported_by_the_pod_constra
 def test_should_exclude_instance_types_that_are_not_supported_by_the_pod_constraints_node_affinity_operating_system(
     env,
 ):
-    """Instance Type Compatibility / should exclude instance types that are not supported by the pod constraints (node affinity/operating system)
+    """Scheduling / Instance Type Compatibility / should exclude instance types that are not supported by the pod constraints (node affinity/operating system)
 
     Upstream's only type that runs "ios" is arm64, which the NodePool excludes; no real type runs
-    "ios" at all (an AL2023 EC2NodeClass launches linux only)."""  # noqa: E501
+    "ios" at all (an AL2023 EC2NodeClass launches linux only)."""
     env.apply(node_pool(requirements=[requirement(ARCH, "In", "amd64")]))
     p = unschedulable_pod(node_requirements=[requirement(OS, "In", "ios")])
     env.provision(p)
@@ -274,10 +274,10 @@ def test_should_exclude_instance_types_that_are_not_supported_by_the_pod_constra
 
 
 def test_should_exclude_instance_types_that_are_not_supported_by_the_provider_constraints_arch(env):
-    """Instance Type Compatibility / should exclude instance types that are not supported by the provider constraints (arch)
+    """Scheduling / Instance Type Compatibility / should exclude instance types that are not supported by the provider constraints (arch)
 
     Upstream's catalog is FAKE_CATALOG here (the NodePool is restricted to it): only r7g.4xlarge
-    (arm64, 16 vCPU) has 14 cpu, and the NodePool allows amd64 only."""  # noqa: E501
+    (arm64, 16 vCPU) has 14 cpu, and the NodePool allows amd64 only."""
     env.apply(node_pool(requirements=[requirement(ARCH, "In", "amd64"), types_in(*FAKE_CATALOG)]))
     p = unschedulable_pod(limits={"cpu": "14"})
     env.provision(p)
@@ -285,7 +285,7 @@ def test_should_exclude_instance_types_that_are_not_supported_by_the_provider_co
 
 
 def test_should_launch_pods_with_different_operating_systems_on_different_instances(env):
-    """Instance Type Compatibility / should launch pods with different operating systems on different instances
+    """Scheduling / Instance Type Compatibility / should launch pods with different operating systems on different instances
 
     Upstream's fake types run linux and windows alike; a real EC2NodeClass launches one AMI
     family, so here the NodePool is two: the suite's over the AL2023 EC2NodeClass and its twin
@@ -303,10 +303,10 @@ def test_should_launch_pods_with_different_operating_systems_on_different_instan
 
 
 def test_should_launch_pods_with_different_instance_type_node_selectors_on_different_instances(env):
-    """Instance Type Compatibility / should launch pods with different instance type node selectors on different instances
+    """Scheduling / Instance Type Compatibility / should launch pods with different instance type node selectors on different instances
 
     small-instance-type is t3.small, default-instance-type c5.xlarge; the first pod selects with
-    the deprecated beta.kubernetes.io/instance-type label, as upstream's."""  # noqa: E501
+    the deprecated beta.kubernetes.io/instance-type label, as upstream's."""
     env.apply(node_pool(requirements=[requirement(ARCH, "In", "arm64", "amd64")]))
     pods = [
         unschedulable_pod(node_selector={"beta.kubernetes.io/instance-type": SMALL_TYPE}),
@@ -317,7 +317,7 @@ def test_should_launch_pods_with_different_instance_type_node_selectors_on_diffe
 
 
 def test_should_launch_pods_with_different_zone_selectors_on_different_instances(env):
-    """Instance Type Compatibility / should launch pods with different zone selectors on different instances"""
+    """Scheduling / Instance Type Compatibility / should launch pods with different zone selectors on different instances"""
     env.apply(node_pool(requirements=[requirement(ARCH, "In", "arm64", "amd64")]))
     pods = [
         unschedulable_pod(node_selector={ZONE: ZONE_1}),
@@ -328,9 +328,9 @@ def test_should_launch_pods_with_different_zone_selectors_on_different_instances
 
 
 def test_should_launch_pods_with_resources_that_aren_t_on_any_single_instance_type_on_different_instances(env):
-    """Instance Type Compatibility / should launch pods with resources that aren't on any single instance type on different instances
+    """Scheduling / Instance Type Compatibility / should launch pods with resources that aren't on any single instance type on different instances
 
-    The two fake GPUs are nvidia.com/gpu and aws.amazon.com/neuron: no real type has both."""  # noqa: E501
+    The two fake GPUs are nvidia.com/gpu and aws.amazon.com/neuron: no real type has both."""
     env.apply(suite_pool())
     pods = [
         unschedulable_pod(limits={NVIDIA_GPU: "1"}),
@@ -341,9 +341,9 @@ def test_should_launch_pods_with_resources_that_aren_t_on_any_single_instance_ty
 
 
 def test_should_fail_to_schedule_a_pod_with_resources_requests_that_aren_t_on_a_single_instance_type(env):
-    """Instance Type Compatibility / should fail to schedule a pod with resources requests that aren't on a single instance type
+    """Scheduling / Instance Type Compatibility / should fail to schedule a pod with resources requests that aren't on a single instance type
 
-    The two fake GPUs are nvidia.com/gpu and aws.amazon.com/neuron: no real type has both."""  # noqa: E501
+    The two fake GPUs are nvidia.com/gpu and aws.amazon.com/neuron: no real type has both."""
     env.apply(suite_pool())
     p = unschedulable_pod(limits={NVIDIA_GPU: "1", NEURON: "1"})
     env.provision(p)
@@ -351,7 +351,7 @@ def test_should_fail_to_schedule_a_pod_with_resources_requests_that_aren_t_on_a_
 
 
 def test_should_filter_instance_types_that_match_labels(env):
-    """Instance Type Compatibility / Provider Specific Labels / should filter instance types that match labels
+    """Scheduling / Instance Type Compatibility / Provider Specific Labels / should filter instance types that match labels
 
     fake.InstanceTypes(5) is FIVE_TYPES and the ``size`` label karpenter.k8s.aws/instance-size:
     "large" (only the biggest, fake-it-4) is 8xlarge (g4dn.8xlarge), "small" (the cheapest,
@@ -367,7 +367,7 @@ def test_should_filter_instance_types_that_match_labels(env):
 
 
 def test_should_not_schedule_with_incompatible_labels(env):
-    """Instance Type Compatibility / Provider Specific Labels / should not schedule with incompatible labels
+    """Scheduling / Instance Type Compatibility / Provider Specific Labels / should not schedule with incompatible labels
 
     As the test before: fake-it-0 is m5.large (size large), fake-it-4 g4dn.8xlarge (size 8xlarge)."""
     env.apply(suite_pool(types_in(*FIVE_TYPES)))
@@ -381,7 +381,7 @@ def test_should_not_schedule_with_incompatible_labels(env):
 
 
 def test_should_schedule_optional_labels(env):
-    """Instance Type Compatibility / Provider Specific Labels / should schedule optional labels
+    """Scheduling / Instance Type Compatibility / Provider Specific Labels / should schedule optional labels
 
     The ``special`` label, which only fake-it-4 has, is karpenter.k8s.aws/instance-gpu-count,
     which of FIVE_TYPES only g4dn.8xlarge has."""
@@ -394,7 +394,7 @@ def test_should_schedule_optional_labels(env):
 
 
 def test_should_schedule_without_optional_labels_if_disallowed(env):
-    """Instance Type Compatibility / Provider Specific Labels / should schedule without optional labels if disallowed
+    """Scheduling / Instance Type Compatibility / Provider Specific Labels / should schedule without optional labels if disallowed
 
     As the test before; the NodePool is a plain test.NodePool() restricted to FIVE_TYPES."""
     env.apply(node_pool(requirements=[types_in(*FIVE_TYPES)]))
@@ -407,7 +407,7 @@ def test_should_schedule_without_optional_labels_if_disallowed(env):
 
 
 def test_should_schedule_a_small_pod_on_the_smallest_instance(env):
-    """Binpacking / should schedule a small pod on the smallest instance
+    """Scheduling / Binpacking / should schedule a small pod on the smallest instance
 
     Upstream's catalog is FAKE_CATALOG; small-instance-type is t3.small."""
     env.apply(suite_pool(types_in(*FAKE_CATALOG)))
@@ -417,7 +417,7 @@ def test_should_schedule_a_small_pod_on_the_smallest_instance(env):
 
 
 def test_should_schedule_a_small_pod_on_the_smallest_possible_instance_type(env):
-    """Binpacking / should schedule a small pod on the smallest possible instance type
+    """Scheduling / Binpacking / should schedule a small pod on the smallest possible instance type
 
     2000M fills most of upstream's small-instance-type (2Gi) but fits it; t3.small's 1.49 GB
     allocatable does not hold it, so small-instance-type is t3.medium (2 vCPU, 4 GiB) here, with
@@ -429,7 +429,7 @@ def test_should_schedule_a_small_pod_on_the_smallest_possible_instance_type(env)
 
 
 def test_should_take_pod_runtime_class_into_consideration(env):
-    """Binpacking / should take pod runtime class into consideration
+    """Scheduling / Binpacking / should take pod runtime class into consideration
 
     The RuntimeClass's 2 cpu of pod overhead is in spec.overhead, as the RuntimeClass admission
     plugin sets it. Upstream's catalog is FAKE_CATALOG: 3 cpu does not fit t3.small (1.93 cpu)
@@ -441,7 +441,7 @@ def test_should_take_pod_runtime_class_into_consideration(env):
 
 
 def test_should_schedule_multiple_small_pods_on_the_smallest_possible_instance_type(env):
-    """Binpacking / should schedule multiple small pods on the smallest possible instance type
+    """Scheduling / Binpacking / should schedule multiple small pods on the smallest possible instance type
 
     Upstream's catalog is FAKE_CATALOG; small-instance-type is t3.small (11 pods), which holds all five."""
     pods = unschedulable_pods(5, requests={"memory": "10M"})
@@ -456,7 +456,7 @@ def test_should_schedule_multiple_small_pods_on_the_smallest_possible_instance_t
 
 
 def test_should_create_new_nodes_when_a_node_is_at_capacity(env):
-    """Binpacking / should create new nodes when a node is at capacity
+    """Scheduling / Binpacking / should create new nodes when a node is at capacity
 
     Upstream's default-instance-type holds exactly two 1.8G pods; here MEMORY_CATALOG, whose
     default-instance-type c5n.large (4.51 GB allocatable) holds two and t3.small none."""
@@ -472,7 +472,7 @@ def test_should_create_new_nodes_when_a_node_is_at_capacity(env):
 
 
 def test_should_pack_small_and_large_pods_together(env):
-    """Binpacking / should pack small and large pods together
+    """Scheduling / Binpacking / should pack small and large pods together
 
     MEMORY_CATALOG as the test before: two 1.8G pods per c5n.large leave room for the 400M pods."""
     large = unschedulable_pods(40, node_selector={ARCH: "amd64"}, requests={"memory": "1.8G"})
@@ -488,7 +488,7 @@ def test_should_pack_small_and_large_pods_together(env):
 
 
 def test_should_pack_nodes_tightly(env):
-    """Binpacking / should pack nodes tightly
+    """Scheduling / Binpacking / should pack nodes tightly
 
     Upstream's fake.InstanceTypes(5) go up to 5 cpu and its first pod asks 4.5; no real type has 5
     or 6 vCPU, so the catalog is c5.large, c5.xlarge and c5.2xlarge (7.91 cpu allocatable) and the
@@ -502,7 +502,7 @@ def test_should_pack_nodes_tightly(env):
 
 
 def test_should_handle_zero_quantity_resource_requests(env):
-    """Binpacking / should handle zero-quantity resource requests"""
+    """Scheduling / Binpacking / should handle zero-quantity resource requests"""
     env.apply(suite_pool())
     p = unschedulable_pod(requests={"foo.com/weird-resources": "0"}, limits={"foo.com/weird-resources": "0"})
     env.provision(p)
@@ -510,7 +510,7 @@ def test_should_handle_zero_quantity_resource_requests(env):
 
 
 def test_should_not_schedule_pods_that_exceed_every_instance_type_s_capacity(env):
-    """Binpacking / should not schedule pods that exceed every instance type's capacity
+    """Scheduling / Binpacking / should not schedule pods that exceed every instance type's capacity
 
     Upstream asks 2Ti of a catalog whose largest type has 128Gi; the real catalog's largest has
     32 TiB, so the pod asks 64Ti."""
@@ -521,7 +521,7 @@ def test_should_not_schedule_pods_that_exceed_every_instance_type_s_capacity(env
 
 
 def test_should_create_new_nodes_when_a_node_is_at_capacity_due_to_pod_limits_per_node():
-    """Binpacking / should create new nodes when a node is at capacity due to pod limits per node
+    """Scheduling / Binpacking / should create new nodes when a node is at capacity due to pod limits per node
 
     Upstream's types take 5 pods each: here the EC2NodeClass sets kubelet.maxPods 5, over
     FAKE_CATALOG, whose cheapest (small-instance-type) is t3.small."""
@@ -538,7 +538,7 @@ def test_should_create_new_nodes_when_a_node_is_at_capacity_due_to_pod_limits_pe
 
 
 def test_should_take_into_account_initcontainer_resource_requests_when_binpacking(env):
-    """Binpacking / should take into account initContainer resource requests when binpacking
+    """Scheduling / Binpacking / should take into account initContainer resource requests when binpacking
 
     Upstream's catalog is FAKE_CATALOG: the init container's 2 cpu do not fit t3.small (1.93 cpu),
     the app container's 1 cpu would; default-instance-type is c5.xlarge."""
@@ -552,10 +552,10 @@ def test_should_take_into_account_initcontainer_resource_requests_when_binpackin
 
 
 def test_should_not_schedule_pods_when_initcontainer_resource_requests_are_greater_than_available_instance_types(env):
-    """Binpacking / should not schedule pods when initContainer resource requests are greater than available instance types
+    """Scheduling / Binpacking / should not schedule pods when initContainer resource requests are greater than available instance types
 
     Upstream's init container asks 1Ti of a catalog whose largest type has 128Gi; the real
-    catalog's largest has 32 TiB, so it asks 64Ti."""  # noqa: E501
+    catalog's largest has 32 TiB, so it asks 64Ti."""
     env.apply(suite_pool())
     p = unschedulable_pod(
         requests={"memory": "1Gi", "cpu": "1"},
@@ -566,7 +566,7 @@ def test_should_not_schedule_pods_when_initcontainer_resource_requests_are_great
 
 
 def test_should_select_for_valid_instance_types_regardless_of_price(env):
-    """Binpacking / should select for valid instance types, regardless of price
+    """Scheduling / Binpacking / should select for valid instance types, regardless of price
 
     Upstream's "small" (1 cpu, $2), "medium" (2 cpu, $3) and "large" (4 cpu, $1) are m8azn.medium
     (1 vCPU, spot $0.0362), m8idb.large (2 vCPU, spot $0.0772) and t3.xlarge (4 vCPU, spot $0.02):
@@ -585,7 +585,7 @@ def test_should_select_for_valid_instance_types_regardless_of_price(env):
 
 
 def test_should_not_launch_a_second_node_if_there_is_an_in_flight_node_that_can_support_the_pod(env):
-    """In-Flight Nodes / should not launch a second node if there is an in-flight node that can support the pod"""
+    """Scheduling / In-Flight Nodes / should not launch a second node if there is an in-flight node that can support the pod"""
     env.apply(suite_pool())
     initial = unschedulable_pod(limits={"cpu": "10m"})
     env.provision(initial)
@@ -596,7 +596,7 @@ def test_should_not_launch_a_second_node_if_there_is_an_in_flight_node_that_can_
 
 
 def test_should_not_launch_a_second_node_if_there_is_an_in_flight_node_that_can_support_the_pod_node_selectors(env):
-    """In-Flight Nodes / should not launch a second node if there is an in-flight node that can support the pod (node selectors)"""  # noqa: E501
+    """Scheduling / In-Flight Nodes / should not launch a second node if there is an in-flight node that can support the pod (node selectors)"""
     env.apply(suite_pool())
     initial = unschedulable_pod(limits={"cpu": "10m"}, node_requirements=[requirement(ZONE, "In", ZONE_2)])
     env.provision(initial)
@@ -612,7 +612,7 @@ def test_should_not_launch_a_second_node_if_there_is_an_in_flight_node_that_can_
 
 
 def test_should_launch_a_second_node_if_a_pod_won_t_fit_on_the_existingnodes_node(env):
-    """In-Flight Nodes / should launch a second node if a pod won't fit on the existingNodes node
+    """Scheduling / In-Flight Nodes / should launch a second node if a pod won't fit on the existingNodes node
 
     The first node is a 2 vCPU type (1.93 cpu allocatable), as upstream's 2 cpu node."""
     env.apply(suite_pool())
@@ -627,9 +627,9 @@ def test_should_launch_a_second_node_if_a_pod_won_t_fit_on_the_existingnodes_nod
 
 
 def test_should_launch_a_second_node_if_a_pod_isn_t_compatible_with_the_existingnodes_node_node_selector(env):
-    """In-Flight Nodes / should launch a second node if a pod isn't compatible with the existingNodes node (node selector)
+    """Scheduling / In-Flight Nodes / should launch a second node if a pod isn't compatible with the existingNodes node (node selector)
 
-    The first node is amd64 (the cheapest type for the pod, t3.nano), as upstream's default types."""  # noqa: E501
+    The first node is amd64 (the cheapest type for the pod, t3.nano), as upstream's default types."""
     env.apply(suite_pool())
     initial = unschedulable_pod(limits={"cpu": "10m"})
     env.provision(initial)
@@ -642,7 +642,7 @@ def test_should_launch_a_second_node_if_a_pod_isn_t_compatible_with_the_existing
 
 
 def test_should_launch_a_second_node_if_an_in_flight_node_is_terminating(env):
-    """In-Flight Nodes / should launch a second node if an in-flight node is terminating
+    """Scheduling / In-Flight Nodes / should launch a second node if an in-flight node is terminating
 
     Upstream deletes the node and its NodeClaim (finalizers removed): here the node is deleted."""
     env.apply(suite_pool())
@@ -657,7 +657,7 @@ def test_should_launch_a_second_node_if_an_in_flight_node_is_terminating(env):
 
 
 def test_should_balance_pods_across_zones_with_in_flight_nodes(env):
-    """In-Flight Nodes / Topology / should balance pods across zones with in-flight nodes"""
+    """Scheduling / In-Flight Nodes / Topology / should balance pods across zones with in-flight nodes"""
     labels = {"foo": "bar"}
     topology = [spread(ZONE, labels=labels, max_skew=1)]
     env.apply(suite_pool())
@@ -671,7 +671,7 @@ def test_should_balance_pods_across_zones_with_in_flight_nodes(env):
 
 
 def test_should_balance_pods_across_hostnames_with_in_flight_nodes(env):
-    """In-Flight Nodes / Topology / should balance pods across hostnames with in-flight nodes"""
+    """Scheduling / In-Flight Nodes / Topology / should balance pods across hostnames with in-flight nodes"""
     labels = {"foo": "bar"}
     topology = [spread("kubernetes.io/hostname", labels=labels, max_skew=1)]
     env.apply(suite_pool())
@@ -683,7 +683,7 @@ def test_should_balance_pods_across_hostnames_with_in_flight_nodes(env):
 
 
 def test_should_assume_pod_will_schedule_to_a_tainted_node_with_no_taints(env):
-    """In-Flight Nodes / Taints / should assume pod will schedule to a tainted node with no taints"""
+    """Scheduling / In-Flight Nodes / Taints / should assume pod will schedule to a tainted node with no taints"""
     env.apply(suite_pool())
     initial = unschedulable_pod(limits={"cpu": "8"})
     env.provision(initial)
@@ -697,10 +697,10 @@ def test_should_assume_pod_will_schedule_to_a_tainted_node_with_no_taints(env):
     assert env.scheduled(second).name == node1.name
 
 
-def test_should_assume_pod_will_schedule_to_a_node_with_ephemeral_taint_node_kubernetes_io_not_ready_noexecute_when_the_node_is_uninitialized(  # noqa: E501
+def test_should_assume_pod_will_schedule_to_a_node_with_ephemeral_taint_node_kubernetes_io_not_ready_noexecute_when_the_node_is_uninitialized(
     env,
 ):
-    """In-Flight Nodes / Taints / should assume pod will schedule to a node with ephemeral taint node.kubernetes.io/not-ready:NoExecute when the node is uninitialized"""  # noqa: E501
+    """Scheduling / In-Flight Nodes / Taints / should assume pod will schedule to a node with ephemeral taint node.kubernetes.io/not-ready:NoExecute when the node is uninitialized"""
     env.apply(suite_pool())
     initial = unschedulable_pod()
     env.provision(initial)
@@ -723,7 +723,7 @@ def test_should_assume_pod_will_schedule_to_a_node_with_ephemeral_taint_node_kub
 
 
 def test_should_not_assume_pod_will_schedule_to_a_tainted_node(env):
-    """In-Flight Nodes / Taints / should not assume pod will schedule to a tainted node"""
+    """Scheduling / In-Flight Nodes / Taints / should not assume pod will schedule to a tainted node"""
     env.apply(suite_pool())
     initial = unschedulable_pod(limits={"cpu": "8"})
     env.provision(initial)
@@ -739,7 +739,7 @@ def test_should_not_assume_pod_will_schedule_to_a_tainted_node(env):
 
 
 def test_should_assume_pod_will_schedule_to_a_tainted_node_with_a_custom_startup_taint(env):
-    """In-Flight Nodes / Taints / should assume pod will schedule to a tainted node with a custom startup taint
+    """Scheduling / In-Flight Nodes / Taints / should assume pod will schedule to a tainted node with a custom startup taint
 
     Upstream's node carries the startup taint and one more its test node builder adds; the
     harness's node carries the startup taint only."""
@@ -758,7 +758,7 @@ def test_should_assume_pod_will_schedule_to_a_tainted_node_with_a_custom_startup
 
 
 def test_should_not_assume_pod_will_schedule_to_a_node_with_startup_taints_after_initialization(env):
-    """In-Flight Nodes / Taints / should not assume pod will schedule to a node with startup taints after initialization"""  # noqa: E501
+    """Scheduling / In-Flight Nodes / Taints / should not assume pod will schedule to a node with startup taints after initialization"""
     startup = {"key": "ignore-me", "value": "nothing-to-see-here", "effect": "NoSchedule"}
     env.apply(suite_pool(startup_taints=[startup]))
     initial = unschedulable_pod()
@@ -774,11 +774,11 @@ def test_should_not_assume_pod_will_schedule_to_a_node_with_startup_taints_after
 
 
 def test_should_track_daemonset_usage_separately_so_we_know_how_many_ds_resources_are_remaining_to_be_scheduled(env):
-    """In-Flight Nodes / Daemonsets / should track daemonset usage separately so we know how many DS resources are remaining to be scheduled
+    """Scheduling / In-Flight Nodes / Daemonsets / should track daemonset usage separately so we know how many DS resources are remaining to be scheduled
 
     Upstream's node is its 16 cpu type (15.9 allocatable) and the second pod asks 14.9: all that is
     left once the DaemonSet pod is bound. Here the node is the cheapest type for 8 cpu and the
-    DaemonSet's 1, and the second pod asks its allocatable cpu less the DaemonSet pod's 1 cpu."""  # noqa: E501
+    DaemonSet's 1, and the second pod asks its allocatable cpu less the DaemonSet pod's 1 cpu."""
     ds = daemon_set(requests={"cpu": "1", "memory": "1Gi"})
     env.apply(suite_pool(), ds)
 
@@ -802,7 +802,7 @@ def test_should_track_daemonset_usage_separately_so_we_know_how_many_ds_resource
 
 
 def test_should_handle_unexpected_daemonset_pods_binding_to_the_node(env):
-    """In-Flight Nodes / Daemonsets / should handle unexpected daemonset pods binding to the node
+    """Scheduling / In-Flight Nodes / Daemonsets / should handle unexpected daemonset pods binding to the node
 
     Upstream's node has 15.9 cpu allocatable, 14.9 once the DaemonSet pod is bound, and the second
     pod asks 15.5: here the node's allocatable cpu less 400m."""
@@ -834,15 +834,15 @@ def test_should_handle_unexpected_daemonset_pods_binding_to_the_node(env):
     assert env.scheduled(second).name != node1.name
 
 
-def test_should_properly_handle_daemonset_resources_with_node_affinity_for_karpenter_sh_initialized_and_karpenter_sh_registered(  # noqa: E501
+def test_should_properly_handle_daemonset_resources_with_node_affinity_for_karpenter_sh_initialized_and_karpenter_sh_registered(
     env,
 ):
-    """In-Flight Nodes / Daemonsets / Should properly handle DaemonSet resources with Node Affinity for `karpenter.sh/initialized` and `karpenter.sh/registered`
+    """Scheduling / In-Flight Nodes / Daemonsets / Should properly handle DaemonSet resources with Node Affinity for `karpenter.sh/initialized` and `karpenter.sh/registered`
 
     Upstream tells both DaemonSets counted from the node it launched: its 16 cpu type, where the
     pod's 2 cpu and one DaemonSet's 1 would fit its 4 cpu type. Here the claim's requests (pod and
     DaemonSet overhead) are the pod's 2 cpu and both DaemonSets' 1, and the node's allocatable
-    holds them all."""  # noqa: E501
+    holds them all."""
     ds1 = daemon_set(node_requirements=[requirement(INITIALIZED, "In", "true")], requests={"cpu": "1"})
     env.apply(suite_pool(), ds1)
     ds2 = daemon_set(node_requirements=[requirement(REGISTERED, "In", "true")], requests={"cpu": "1"})
@@ -877,7 +877,7 @@ def test_should_properly_handle_daemonset_resources_with_node_affinity_for_karpe
 
 
 def test_should_pack_in_flight_nodes_before_launching_new_nodes(env):
-    """In-Flight Nodes / should pack in-flight nodes before launching new nodes
+    """Scheduling / In-Flight Nodes / should pack in-flight nodes before launching new nodes
 
     Upstream's only type "medium" holds four 1 cpu pods with a bit to spare; here the only type is
     c5.2xlarge (7.91 cpu allocatable), which holds seven with 910m to spare. Upstream's batch sizes
@@ -894,7 +894,7 @@ def test_should_pack_in_flight_nodes_before_launching_new_nodes(env):
 
 
 def test_should_not_launch_a_second_node_if_there_is_an_in_flight_node_that_can_support_the_pod_2011(env):
-    """In-Flight Nodes / should not launch a second node if there is an in-flight node that can support the pod (#2011)"""  # noqa: E501
+    """Scheduling / In-Flight Nodes / should not launch a second node if there is an in-flight node that can support the pod (#2011)"""
     env.apply(suite_pool())
     p = unschedulable_pod(limits={"cpu": "10m"})
     env.provision(p, bind=False)
@@ -906,12 +906,12 @@ def test_should_not_launch_a_second_node_if_there_is_an_in_flight_node_that_can_
 
 
 def test_should_order_initialized_nodes_for_scheduling_uninitialized_nodes_when_all_other_nodes_are_inflight(env):
-    """In-Flight Nodes / should order initialized nodes for scheduling uninitialized nodes when all other nodes are inflight
+    """Scheduling / In-Flight Nodes / should order initialized nodes for scheduling uninitialized nodes when all other nodes are inflight
 
     Upstream's 99 in-flight NodeClaims have no Node yet; karpweb reads no NodeClaims, so they are
     nodes of the NodePool without karpenter.sh/registered and karpenter.sh/initialized (launched,
     not joined). The one initialized node (upstream's rand.Intn(100)) is the 58th. Each is an
-    m5.large."""  # noqa: E501
+    m5.large."""
     from provisioning.cluster.simulated import node_manifest
 
     pool = suite_pool()
@@ -946,7 +946,7 @@ def test_should_order_initialized_nodes_for_scheduling_uninitialized_nodes_when_
 
 
 def test_should_schedule_pods_with_the_same_host_port_to_different_nodes(env):
-    """In-Flight Nodes / should schedule pods with the same host port to different nodes"""
+    """Scheduling / In-Flight Nodes / should schedule pods with the same host port to different nodes"""
     env.apply(suite_pool())
     pods = [unschedulable_pod(host_ports=[8080]), unschedulable_pod(host_ports=[8080])]
     env.provision(pods)

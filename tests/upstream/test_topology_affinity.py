@@ -94,7 +94,7 @@ def test_should_spread_pods_while_respecting_all_constraints(env):
     """Topology / Combined Hostname, Zonal, and Capacity Type Topology / should spread pods while respecting all constraints
 
     fake.InstanceTypesAssorted (a type for every zone/capacity-type pair) → the real catalog, which offers
-    both capacity types in every zone."""  # noqa: E501
+    both capacity types in every zone."""
     topology = [
         spread(CAPACITY_TYPE, labels=LABELS, max_skew=1),
         spread(ZONE, labels=LABELS, max_skew=2),
@@ -173,7 +173,7 @@ def test_should_limit_spread_options_by_required_node_affinity(env):
 
 
 def test_should_not_limit_spread_options_by_preferred_node_affinity(env):
-    """Topology / Combined Zonal Topology and Node Affinity / should not limit spread options by preferred node affinity"""  # noqa: E501
+    """Topology / Combined Zonal Topology and Node Affinity / should not limit spread options by preferred node affinity"""
     topology = [spread(ZONE, labels=LABELS)]
     env.apply(topology_pool())
     env.provision(
@@ -207,7 +207,7 @@ def test_should_limit_spread_options_by_nodeselector_2(env):
 
 
 def test_should_limit_spread_options_by_node_affinity_capacity_type(env):
-    """Topology / Combined Capacity Type Topology and Node Affinity / should limit spread options by node affinity (capacity type)"""  # noqa: E501
+    """Topology / Combined Capacity Type Topology and Node Affinity / should limit spread options by node affinity (capacity type)"""
     topology = [spread(CAPACITY_TYPE, labels=LABELS)]
     pool = topology_pool()
     # need to limit the rules to spot or else it will know that on-demand has 0 pods and won't violate the max-skew
@@ -300,7 +300,7 @@ def test_should_respect_self_pod_affinity_hostname(env):
 def test_should_respect_self_pod_affinity_for_first_empty_topology_domain_only_hostname():
     """Topology / Pod Affinity/Anti-Affinity / should respect self pod affinity for first empty topology domain only (hostname)
 
-    The fake types' 5 pods per node → kubelet.maxPods 5 on the EC2NodeClass, so every type holds 5 pods."""  # noqa: E501
+    The fake types' 5 pods per node → kubelet.maxPods 5 on the EC2NodeClass, so every type holds 5 pods."""
     env = Env(nodeclass=ec2_node_class(kubelet={"maxPods": 5}))
 
     def create_pods():
@@ -323,7 +323,7 @@ def test_should_respect_self_pod_affinity_for_first_empty_topology_domain_only_h
 
 
 def test_should_respect_self_pod_affinity_for_first_empty_topology_domain_only_hostname_constrained_zones(env):
-    """Topology / Pod Affinity/Anti-Affinity / should respect self pod affinity for first empty topology domain only (hostname/constrained zones)"""  # noqa: E501
+    """Topology / Pod Affinity/Anti-Affinity / should respect self pod affinity for first empty topology domain only (hostname/constrained zones)"""
     # put one pod in test-zone-1, this does affect pod affinity even though we have different node selectors.
     env.apply(topology_pool())
     env.provision(
@@ -370,7 +370,7 @@ def test_should_respect_self_pod_affinity_zone_w_constraint(env):
 
 
 def test_should_allow_two_nodes_to_be_created_when_two_pods_with_matching_affinities_have_incompatible_selectors(env):
-    """Topology / Pod Affinity/Anti-Affinity / should allow two nodes to be created when two pods with matching affinities have incompatible selectors"""  # noqa: E501
+    """Topology / Pod Affinity/Anti-Affinity / should allow two nodes to be created when two pods with matching affinities have incompatible selectors"""
     labels = {"security": "s1"}
     pod1 = unschedulable_pod(
         labels=labels,
@@ -532,7 +532,7 @@ def test_should_not_violate_pod_anti_affinity_on_zone_schr_dinger(env):
 
 
 def test_should_not_violate_pod_anti_affinity_on_zone_inverse_w_existing_nodes(env):
-    """Topology / Pod Affinity/Anti-Affinity / should not violate pod anti-affinity on zone (inverse w/existing nodes)"""  # noqa: E501
+    """Topology / Pod Affinity/Anti-Affinity / should not violate pod anti-affinity on zone (inverse w/existing nodes)"""
     zone_pods = _zone_pods(pod_anti_requirements=[affinity_term(ZONE, labels=AFF_LABELS)])
     aff_pod = unschedulable_pod(labels=AFF_LABELS)
     # provision these so we get three nodes that exist in the cluster with anti-affinity to a pod that we will
@@ -547,7 +547,7 @@ def test_should_not_violate_pod_anti_affinity_on_zone_inverse_w_existing_nodes(e
 
 
 def test_should_violate_preferred_pod_anti_affinity_on_zone_inverse_w_existing_nodes(env):
-    """Topology / Pod Affinity/Anti-Affinity / should violate preferred pod anti-affinity on zone (inverse w/existing nodes)"""  # noqa: E501
+    """Topology / Pod Affinity/Anti-Affinity / should violate preferred pod anti-affinity on zone (inverse w/existing nodes)"""
     zone_pods = _zone_pods(pod_anti_preferences=[affinity_term(ZONE, labels=AFF_LABELS, weight=10)])
     aff_pod = unschedulable_pod(labels=AFF_LABELS)
     env.apply(topology_pool())
@@ -560,7 +560,7 @@ def test_should_violate_preferred_pod_anti_affinity_on_zone_inverse_w_existing_n
 
 
 def test_should_allow_violation_of_a_pod_affinity_preference_with_a_conflicting_required_constraint(env):
-    """Topology / Pod Affinity/Anti-Affinity / should allow violation of a pod affinity preference with a conflicting required constraint"""  # noqa: E501
+    """Topology / Pod Affinity/Anti-Affinity / should allow violation of a pod affinity preference with a conflicting required constraint"""
     constraint = spread(HOSTNAME, labels=LABELS)
     aff_pod1 = unschedulable_pod(labels=AFF_LABELS)
     aff_pods = unschedulable_pods(
@@ -702,7 +702,7 @@ def test_should_filter_pod_affinity_topologies_by_namespace_no_matching_pods(env
 
 
 def test_should_filter_pod_affinity_topologies_by_namespace_matching_pods_namespace_list(env):
-    """Topology / Pod Affinity/Anti-Affinity / should filter pod affinity topologies by namespace, matching pods namespace list"""  # noqa: E501
+    """Topology / Pod Affinity/Anti-Affinity / should filter pod affinity topologies by namespace, matching pods namespace list"""
     topology = [spread(HOSTNAME, labels=LABELS)]
     env.apply(namespace("other-ns-list"))
     aff_pod1 = unschedulable_pod(labels=AFF_LABELS, namespace="other-ns-list")
@@ -720,7 +720,7 @@ def test_should_filter_pod_affinity_topologies_by_namespace_matching_pods_namesp
 
 
 def test_should_filter_pod_affinity_topologies_by_namespace_empty_namespace_selector(env):
-    """Topology / Pod Affinity/Anti-Affinity / should filter pod affinity topologies by namespace, empty namespace selector"""  # noqa: E501
+    """Topology / Pod Affinity/Anti-Affinity / should filter pod affinity topologies by namespace, empty namespace selector"""
     topology = [spread(HOSTNAME, labels=LABELS)]
     env.apply(namespace("empty-ns-selector", {"foo": "bar"}))
     aff_pod1 = unschedulable_pod(labels=AFF_LABELS, namespace="empty-ns-selector")
@@ -802,7 +802,7 @@ def rs(env):
 
 
 def test_should_apply_default_zonal_spread_to_a_pod_that_declares_no_constraints_of_its_own(env, rs):
-    """Topology / DefaultConstraints / should apply default zonal spread to a pod that declares no constraints of its own"""  # noqa: E501
+    """Topology / DefaultConstraints / should apply default zonal spread to a pod that declares no constraints of its own"""
     set_defaults(env, ZONE_DEFAULT)
     env.apply(topology_pool())
     env.provision(owned_pods(rs, 4))
@@ -810,7 +810,7 @@ def test_should_apply_default_zonal_spread_to_a_pod_that_declares_no_constraints
 
 
 def test_should_apply_default_hostname_spread_to_a_pod_that_declares_no_constraints_of_its_own(env, rs):
-    """Topology / DefaultConstraints / should apply default hostname spread to a pod that declares no constraints of its own"""  # noqa: E501
+    """Topology / DefaultConstraints / should apply default hostname spread to a pod that declares no constraints of its own"""
     set_defaults(env, HOSTNAME_DEFAULT)
     env.apply(topology_pool())
     env.provision(owned_pods(rs, 3))
@@ -844,7 +844,7 @@ def _single_zone_min_domains(action: str) -> tuple[dict, dict]:
 
 
 def test_should_not_schedule_past_a_synthesized_donotschedule_default_that_can_t_be_satisfied(env, rs):
-    """Topology / DefaultConstraints / should NOT schedule past a synthesized DoNotSchedule default that can't be satisfied"""  # noqa: E501
+    """Topology / DefaultConstraints / should NOT schedule past a synthesized DoNotSchedule default that can't be satisfied"""
     default, pool = _single_zone_min_domains("DoNotSchedule")
     set_defaults(env, default)
     env.apply(pool)
@@ -939,7 +939,7 @@ def test_should_spread_each_deployment_revision_independently(env, rs):
 
 
 def test_should_deduce_a_selector_from_a_matching_service_for_a_pod_with_no_supported_owner(env, rs):
-    """Topology / DefaultConstraints / should deduce a selector from a matching service for a pod with no supported owner"""  # noqa: E501
+    """Topology / DefaultConstraints / should deduce a selector from a matching service for a pod with no supported owner"""
     set_defaults(env, ZONE_DEFAULT)
     env.apply(topology_pool(), service(LABELS))
     pods = unschedulable_pods(4, labels=LABELS)

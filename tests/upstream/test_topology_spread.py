@@ -280,7 +280,7 @@ def _ignored_and_counted_pods(first: dict, second: dict, third: dict, wrong_name
 def test_should_only_count_running_scheduled_pods_with_matching_labels_scheduled_to_nodes_with_a_corresponding_domain(
     env,
 ):
-    """Topology / Zonal / should only count running/scheduled pods with matching labels scheduled to nodes with a corresponding domain"""  # noqa: E501
+    """Topology / Zonal / should only count running/scheduled pods with matching labels scheduled to nodes with a corresponding domain"""
     wrong_namespace = "wrong-namespace"
     first = node(labels={ZONE: ZONE_1})
     second = node(labels={ZONE: ZONE_2})
@@ -334,7 +334,7 @@ def test_satisfied_mindomains_constraints_equal_should_allow_expected_pod_schedu
 
 
 def test_satisfied_mindomains_constraints_greater_than_minimum_should_allow_expected_pod_scheduling(env):
-    """Topology / Zonal / satisfied minDomains constraints (greater than minimum) should allow expected pod scheduling"""  # noqa: E501
+    """Topology / Zonal / satisfied minDomains constraints (greater than minimum) should allow expected pod scheduling"""
     pool = topology_pool(requirements=[requirement(ZONE, "In", ZONE_1, ZONE_2, ZONE_3)])
     topology = [spread(ZONE, labels=LABELS, min_domains=2)]
     env.apply(pool)
@@ -445,7 +445,7 @@ def test_should_violate_max_skew_when_unsat_schedule_anyway_capacity_type(env):
 def test_should_only_count_running_scheduled_pods_with_matching_labels_scheduled_to_nodes_with_a_corresponding_domain_2(
     env,
 ):
-    """Topology / CapacityType / should only count running/scheduled pods with matching labels scheduled to nodes with a corresponding domain"""  # noqa: E501
+    """Topology / CapacityType / should only count running/scheduled pods with matching labels scheduled to nodes with a corresponding domain"""
     wrong_namespace = "wrong-namespace"
     first = node(labels={CAPACITY_TYPE: "spot"})
     second = node(labels={CAPACITY_TYPE: "on-demand"})
@@ -555,7 +555,7 @@ def test_should_balance_pods_across_arch_no_constraints(env):
 
 
 def test_should_spread_pods_while_respecting_both_constraints_hostname_and_zonal(env):
-    """Topology / Combined Hostname and Zonal Topology / should spread pods while respecting both constraints (hostname and zonal)"""  # noqa: E501
+    """Topology / Combined Hostname and Zonal Topology / should spread pods while respecting both constraints (hostname and zonal)"""
     topology = [spread(ZONE, labels=LABELS), spread(HOSTNAME, labels=LABELS, max_skew=3)]
     pool = topology_pool()
     for count, expected in ((2, [1, 1]), (3, [1, 2, 2]), (5, [3, 3, 4]), (11, [7, 7, 7])):
@@ -682,7 +682,7 @@ def _discovered_pools() -> tuple[dict, dict]:
 
 
 def test_should_balance_pods_across_a_label_when_discovered_from_the_nodepool_nodetaintspolicy_ignore(env):
-    """Topology / NodeTaintsPolicy / should balance pods across a label when discovered from the nodepool (NodeTaintsPolicy=ignore)"""  # noqa: E501
+    """Topology / NodeTaintsPolicy / should balance pods across a label when discovered from the nodepool (NodeTaintsPolicy=ignore)"""
     pool, tainted_pool = _discovered_pools()
     topology = [spread(SPREAD_LABEL, labels=LABELS, node_taints_policy="Ignore")]
     pods = unschedulable_pods(2, labels=LABELS, topology_spread_constraints=topology)
@@ -692,7 +692,7 @@ def test_should_balance_pods_across_a_label_when_discovered_from_the_nodepool_no
 
 
 def test_should_balance_pods_across_a_label_when_discovered_from_the_nodepool_nodetaintspolicy_honor(env):
-    """Topology / NodeTaintsPolicy / should balance pods across a label when discovered from the nodepool (NodeTaintsPolicy=honor)"""  # noqa: E501
+    """Topology / NodeTaintsPolicy / should balance pods across a label when discovered from the nodepool (NodeTaintsPolicy=honor)"""
     pool, tainted_pool = _discovered_pools()
     topology = [spread(SPREAD_LABEL, labels=LABELS, node_taints_policy="Honor")]
     pods = unschedulable_pods(2, labels=LABELS, topology_spread_constraints=topology)
@@ -705,10 +705,10 @@ def taint_value(pool: dict) -> str:
     return pool["spec"]["template"]["spec"]["taints"][0]["value"]
 
 
-def test_should_balance_pods_across_a_label_when_mutually_exclusive_nodepools_by_taints_share_domains_nodetaintspolicy_honor(  # noqa: E501
+def test_should_balance_pods_across_a_label_when_mutually_exclusive_nodepools_by_taints_share_domains_nodetaintspolicy_honor(
     env,
 ):
-    """Topology / NodeTaintsPolicy / should balance pods across a label when mutually exclusive NodePools (by taints) share domains (NodeTaintsPolicy=honor)"""  # noqa: E501
+    """Topology / NodeTaintsPolicy / should balance pods across a label when mutually exclusive NodePools (by taints) share domains (NodeTaintsPolicy=honor)"""
     pools = [
         node_pool(
             taints=[{"key": "taint-key", "value": f"nodepool-{i}", "effect": "NoSchedule"}],
