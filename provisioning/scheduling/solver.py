@@ -1088,13 +1088,13 @@ class _Run:
         out: list[ClaimPlan | None] = list(claims)
         for model in self.pools:
             limited = [r for r in model.pool.limits if r in self.resources]
-            mine = [i for i, c in enumerate(out) if c.nodepool == model.name]
+            mine = [i for i, c in enumerate(out) if c is not None and c.nodepool == model.name]
             if not limited or not mine:
                 continue
             columns = [self.resources.index(r) for r in limited]
             capacity = {t.name: model.capacity[i][columns] for i, t in enumerate(model.types)}
             left = np.array([model.pool.limits[r] - model.pool.in_use.get(r, 0) for r in limited], dtype=np.int64)
-            cheapest = [capacity[out[i].chosen.instance_type] for i in mine]
+            cheapest = [capacity[out[i].chosen.instance_type] for i in mine]  # type: ignore[union-attr]
             after = np.sum(cheapest, axis=0) if cheapest else np.zeros(len(limited), dtype=np.int64)
             for n, i in enumerate(mine):
                 after = after - cheapest[n]
