@@ -16,9 +16,13 @@ Two kinds:
   each pod requesting cpu from {100m, 250m, 500m, 1, 1.5} and memory from {100, 256, 512,
   1024, 2048, 4096}Mi at random. Upstream's RNG is seeded with 42; so is this one (Python's,
   so the draws differ from Go's, the distribution does not).
+  ``upstream-self``: the same mix with every topology group selecting its own pods (each
+  spread and affinity on the pod's own label value), as Deployments spread themselves.
 * ``cost``: mixed shapes, where packing choices decide the price: memory-heavy and CPU-heavy
-  pods together, many small pods with a few big ones, a spread of microservice shapes, and
-  the upstream request mix without constraints.
+  pods together, many small pods with a few big ones, a spread of microservice shapes, the
+  upstream request mix without constraints; and the mixes users run that the earlier cost
+  work did not cover: microservices with GPU pods (``gpu``), with DaemonSets on every node
+  (``daemonsets``), and with a third of the pods on arm64 and a third on amd64 (``arch``).
 
 The NodePool allows every family of the catalog, spot and on-demand, amd64 and arm64. The
 bundled us-east-1 snapshot has on-demand prices only; ``instance_types(simulated_spot=True)``
@@ -41,6 +45,7 @@ from provisioning.scheduling.pods import Pod
 from provisioning.scheduling.podspec import pod_from_template
 from provisioning.scheduling.requirements import Requirements
 from provisioning.scheduling.snapshot import NodePoolInput, Snapshot
+from provisioning.scheduling.workloads import DaemonSetOverhead
 
 REGION = "us-east-1"
 SEED = 42
@@ -65,6 +70,7 @@ class Scenario:
     size: int  # pods
     description: str
     build: Callable[[], list[Pod]]
+    daemonsets: Callable[[], list[DaemonSetOverhead]] = lambda: []
 
     def pods(self) -> list[Pod]:
         return self.build()
@@ -97,8 +103,9 @@ def _container(cpu: str, memory: str) -> list[dict]:
     return [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
 
 
-def upstream_pods(count: int, seed: int = SEED) -> list[Pod]:
-    """Upstream's ``makeDiversePods(count)``."""
+def upstream_pods(count: int, seed: int = SEED, self_selecting: bool = False) -> list[Pod]:
+    """Upstream's ``makeDiversePods(count)``; ``self_selecting``: each spread selects the
+    pod's own label value instead of a random one."""
     rng = random.Random(seed)
     factory = _Factory()
     part = count // 5
@@ -115,11 +122,12 @@ def upstream_pods(count: int, seed: int = SEED) -> list[Pod]:
         out = []
         for _ in range(n):
             labels = {"my-label": rng.choice(LABEL_VALUES)}
+            selected = rng.choice(LABEL_VALUES)
             constraint = {
                 "maxSkew": 1,
                 "topologyKey": key,
                 "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {"my-label": rng.choice(LABEL_VALUES)}},
+                "labelSelector": {"matchLabels": {"my-label": labels["my-label"] if self_selecting else selected}},
             }
             spec = {"containers": requests(), "topologySpreadConstraints": [constraint]}
             out.append(factory.pod(group, spec, labels))
@@ -158,21 +166,27 @@ def upstream_pods(count: int, seed: int = SEED) -> list[Pod]:
     return pods
 
 
-def deployments(groups: Sequence[tuple[str, int, str, str]], seed: int = SEED) -> list[Pod]:
-    """Replicas of plain deployments: ``(name, replicas, cpu, memory)``, shuffled together."""
+def deployments(groups: Sequence[tuple], seed: int = SEED) -> list[Pod]:
+    """Replicas of plain deployments: ``(name, replicas, cpu, memory[, extra spec])``, shuffled
+    together; the extra spec adds requests (``{"nvidia.com/gpu": "1"}``) and a node selector."""
     factory = _Factory()
     pods = []
-    for name, replicas, cpu, memory in groups:
-        spec = {"containers": _container(cpu, memory)}
+    for name, replicas, cpu, memory, *rest in groups:
+        extra = dict(rest[0]) if rest else {}
+        selector = extra.pop("nodeSelector", None)
+        spec: dict = {"containers": _container(cpu, memory)}
+        spec["containers"][0]["resources"]["requests"].update(extra)
+        if selector:
+            spec["nodeSelector"] = selector
         pods += [factory.pod(name, spec, {"app": name}) for _ in range(replicas)]
     random.Random(seed).shuffle(pods)
     return pods
 
 
-def _scaled(groups: Sequence[tuple[str, int, str, str]], total: int) -> list[tuple[str, int, str, str]]:
+def _scaled(groups: Sequence[tuple], total: int) -> list[tuple]:
     """The groups with replicas scaled so they add up to about ``total`` (each at least 1)."""
-    base = sum(replicas for _, replicas, _, _ in groups)
-    return [(name, max(1, round(replicas * total / base)), cpu, memory) for name, replicas, cpu, memory in groups]
+    base = sum(group[1] for group in groups)
+    return [(name, max(1, round(replicas * total / base)), *rest) for name, replicas, *rest in groups]
 
 
 MEM_CPU = (
@@ -210,6 +224,44 @@ SERVICES = (
 )
 
 
+GPU = {"nvidia.com/gpu": "1"}
+# Microservices with GPU inference and training beside them.
+GPU_MIX = (
+    *SERVICES[:8],
+    ("inference", 120, "2", "8Gi", GPU),
+    ("inference-large", 40, "6", "24Gi", GPU),
+    ("training", 12, "16", "96Gi", {"nvidia.com/gpu": "4"}),
+    ("embedding", 60, "1", "4Gi", GPU),
+)
+# A third on Graviton, a third on x86, a third where either runs.
+ARCH_MIX = tuple(
+    (
+        f"{name}-{arch or 'any'}",
+        max(1, replicas // 3),
+        cpu,
+        memory,
+        {"nodeSelector": {"kubernetes.io/arch": arch}} if arch else {},
+    )
+    for name, replicas, cpu, memory in SERVICES
+    for arch in ("arm64", "amd64", None)
+)
+# What runs on every node of a real cluster.
+DAEMONSETS = (
+    ("kube-proxy", "100m", "128Mi"),
+    ("aws-node", "50m", "128Mi"),
+    ("log-agent", "200m", "256Mi"),
+    ("node-exporter", "100m", "64Mi"),
+)
+
+
+def daemonsets() -> list[DaemonSetOverhead]:
+    factory = _Factory("kube-system")
+    return [
+        DaemonSetOverhead("kube-system", name, factory.pod(name, {"containers": _container(cpu, memory)}, {"ds": name}))
+        for name, cpu, memory in DAEMONSETS
+    ]
+
+
 def upstream_shapes(count: int, seed: int = SEED) -> list[Pod]:
     """Upstream's request mix, generic pods only (no spread, no affinity)."""
     rng = random.Random(seed)
@@ -220,7 +272,15 @@ def upstream_shapes(count: int, seed: int = SEED) -> list[Pod]:
     ]
 
 
-def _upstream(size: int) -> Scenario:
+def _upstream(size: int, self_selecting: bool = False) -> Scenario:
+    if self_selecting:
+        return Scenario(
+            f"upstream-self-{size}",
+            "upstream",
+            size,
+            "upstream benchmark mix, every spread and affinity selecting its own pods",
+            lambda: upstream_pods(size, self_selecting=True),
+        )
     return Scenario(
         f"upstream-{size}",
         "upstream",
@@ -230,10 +290,17 @@ def _upstream(size: int) -> Scenario:
     )
 
 
-def _cost(name: str, groups, total: int, description: str) -> Scenario:
+def _cost(name: str, groups, total: int, description: str, with_daemonsets: bool = False) -> Scenario:
     scaled = _scaled(groups, total)
-    size = sum(replicas for _, replicas, _, _ in scaled)
-    return Scenario(f"{name}-{size}", "cost", size, description, lambda: deployments(scaled))
+    size = sum(group[1] for group in scaled)
+    return Scenario(
+        f"{name}-{size}",
+        "cost",
+        size,
+        description,
+        lambda: deployments(scaled),
+        daemonsets if with_daemonsets else (lambda: []),
+    )
 
 
 def _cost_scenarios(scale: float) -> list[Scenario]:
@@ -249,14 +316,17 @@ def _cost_scenarios(scale: float) -> list[Scenario]:
             "upstream request mix, no spread or affinity",
             lambda: upstream_shapes(generic),
         ),
+        _cost("gpu", GPU_MIX, round(2000 * scale), "microservices with GPU inference and training pods"),
+        _cost("daemonsets", SERVICES, round(3000 * scale), "14 microservices, 4 DaemonSets on every node", True),
+        _cost("arch", ARCH_MIX, round(3000 * scale), "microservices, a third arm64, a third amd64, a third either"),
     ]
 
 
 def scenarios(quick: bool = False) -> list[Scenario]:
     """The full set (upstream mix at 5,000 and 20,000 pods), or a smaller smoke set."""
     if quick:
-        return [_upstream(500), _upstream(2000), *_cost_scenarios(0.5)]
-    return [_upstream(5000), _upstream(20000), *_cost_scenarios(1.0)]
+        return [_upstream(500), _upstream(2000), _upstream(2000, True), *_cost_scenarios(0.5)]
+    return [_upstream(5000), _upstream(20000), _upstream(5000, True), _upstream(20000, True), *_cost_scenarios(1.0)]
 
 
 def find(name: str) -> Scenario:
@@ -264,6 +334,8 @@ def find(name: str) -> Scenario:
     for scenario in scenarios(False) + scenarios(True):
         if scenario.name == name:
             return scenario
+    if name.startswith("upstream-self-") and name[len("upstream-self-") :].isdigit():
+        return _upstream(int(name[len("upstream-self-") :]), True)
     if name.startswith("upstream-") and name[len("upstream-") :].isdigit():
         return _upstream(int(name[len("upstream-") :]))
     known = sorted({s.name for s in scenarios(False) + scenarios(True)})
@@ -295,5 +367,11 @@ def nodepool(types: Sequence[InstanceType], name: str = "default") -> NodePoolIn
     )
 
 
-def snapshot(pods: Sequence[Pod], types: Sequence[InstanceType], *, optimize: bool = True) -> Snapshot:
-    return Snapshot(pods=tuple(pods), nodepools=(nodepool(types),), optimize=optimize)
+def snapshot(
+    pods: Sequence[Pod],
+    types: Sequence[InstanceType],
+    *,
+    optimize: bool = True,
+    daemonsets: Sequence[DaemonSetOverhead] = (),
+) -> Snapshot:
+    return Snapshot(pods=tuple(pods), nodepools=(nodepool(types),), daemonsets=tuple(daemonsets), optimize=optimize)

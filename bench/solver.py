@@ -168,11 +168,38 @@ def _load_solver():
     return solve, ""
 
 
+def with_daemonsets(types, daemons) -> tuple:
+    """The types as the bound sees them: DaemonSets that run on every node take their share of
+    each type first (as they do in a plan)."""
+    if not daemons:
+        return types
+    from dataclasses import replace
+
+    from provisioning.scheduling.instancetypes import Overhead
+
+    extra: dict[str, int] = {"pods": 0}
+    for daemon in daemons:
+        extra["pods"] += 1
+        for resource, amount in daemon.requests.items():
+            if resource != "pods":
+                extra[resource] = extra.get(resource, 0) + amount
+    out = []
+    for it in types:
+        reserved = dict(it.overhead.system_reserved)
+        for resource, amount in extra.items():
+            reserved[resource] = reserved.get(resource, 0) + amount
+        out.append(replace(it, overhead=Overhead(it.overhead.kube_reserved, reserved, it.overhead.eviction_threshold)))
+    return tuple(out)
+
+
 def run_one(name: str, lp: bool, simulated_spot: bool) -> dict:
+    from provisioning.scheduling.verify import verify
+
     scenario = find(name)
     types = instance_types(simulated_spot)
     start = time.perf_counter()
     pods = scenario.pods()
+    daemons = scenario.daemonsets()
     result: dict = {
         "scenario": scenario.name,
         "kind": scenario.kind,
@@ -180,7 +207,7 @@ def run_one(name: str, lp: bool, simulated_spot: bool) -> dict:
         "types": len(types),
         "build_seconds": time.perf_counter() - start,
     }
-    pool = nodepool(types)
+    pool = nodepool(with_daemonsets(types, daemons))
     if lp:
         classes, per_node = pod_classes(pods, pool)
         bound = lp_lower_bound(classes, pool.instance_types, price=_pool_price(pool), per_node=per_node)
@@ -200,7 +227,7 @@ def run_one(name: str, lp: bool, simulated_spot: bool) -> dict:
         result["peak_mib"] = _rss_mib()
         return result
     for label, optimize in (("opt", True), ("greedy", False)):
-        snap = snapshot(pods, types, optimize=optimize)
+        snap = snapshot(pods, types, optimize=optimize, daemonsets=daemons)
         start = time.perf_counter()
         try:
             plan = solve(snap)
@@ -208,6 +235,13 @@ def run_one(name: str, lp: bool, simulated_spot: bool) -> dict:
             result[f"{label}_error"] = f"{type(exc).__name__}: {exc}"
             continue
         seconds = time.perf_counter() - start
+        # Every plan the pipeline records is checked by THE verifier first: so here too.
+        checked = time.perf_counter()
+        violations = verify(snap, plan)
+        result[f"{label}_verify_seconds"] = time.perf_counter() - checked
+        result[f"{label}_violations"] = len(violations)
+        if violations:
+            result[f"{label}_violation_kinds"] = dict(Counter(v.kind for v in violations))
         placed = sum(len(claim.pods) for claim in plan.claims) + sum(len(p) for p in plan.existing.values())
         result.update(
             {
@@ -263,6 +297,9 @@ COLUMNS = (
     ("pods", ">"),
     ("pods/s", ">"),
     ("seconds", ">"),
+    ("verify s", ">"),
+    ("verified pods/s", ">"),
+    ("greedy pods/s", ">"),
     ("$/h opt", ">"),
     ("$/h greedy", ">"),
     ("$/h LP", ">"),
@@ -289,11 +326,22 @@ def row(r: dict) -> list[str]:
     unsched = "-"
     if "opt_unschedulable" in r or "greedy_unschedulable" in r:
         unsched = f"{r.get('opt_unschedulable', '-')}/{r.get('greedy_unschedulable', '-')}"
+    verify_seconds = r.get("opt_verify_seconds")
+    greedy_seconds = r.get("greedy_seconds")
+    violations = r.get("opt_violations")
     return [
         r["scenario"],
         f"{r['pods']:,}",
         f"{r['pods'] / opt_seconds:,.0f}" if opt_seconds else "-",
         f"{opt_seconds:.2f}" if opt_seconds else "-",
+        f"{verify_seconds:.2f}" if verify_seconds is not None else "-",
+        (
+            f"{r['pods'] / (opt_seconds + verify_seconds):,.0f}"
+            + ("" if not violations else f" ({violations} violations)")
+        )
+        if opt_seconds and verify_seconds is not None
+        else "-",
+        f"{r['pods'] / greedy_seconds:,.0f}" if greedy_seconds else "-",
         _money(opt_cost),
         _money(greedy_cost),
         _money(lp_cost),
@@ -339,6 +387,9 @@ def notes(results: list[dict]) -> list[str]:
                 out.append(f"{r['scenario']}: {label} solve failed: {r[f'{label}_error']}")
         if r.get("lp_status") not in (None, "optimal"):
             out.append(f"{r['scenario']}: LP {r['lp_status']} {r.get('lp_message', '')}".rstrip())
+        for label in ("opt", "greedy"):
+            if r.get(f"{label}_violations"):
+                out.append(f"{r['scenario']}: THE verifier refused the {label} plan: {r[f'{label}_violation_kinds']}")
         for reason in r.get("opt_reasons", ()):
             out.append(f"{r['scenario']}: unschedulable (optimized): {reason[:200]}")
         if r.get("opt_unreached"):

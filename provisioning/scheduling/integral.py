@@ -233,9 +233,11 @@ class _Problem:
         pattern[classes] = np.rint(np.asarray(h.getSolution().col_value)).astype(np.int64)
         return pattern
 
-    def _price_patterns(self, value: np.ndarray):
+    def _price_patterns(self, value: np.ndarray, counts: np.ndarray | None = None):
         """Per type, greedy fills in several orders (value per dominant share, and per blends
-        of cpu and memory share), vectorized over the types."""
+        of cpu and memory share), vectorized over the types; of at most ``counts`` pods per
+        class (default: all of them)."""
+        counts = self.counts if counts is None else counts
         n_classes, n_types, n_res = self.share.shape
         useful = (value > _EPS)[:, None] & self.compat
         cpu, memory = self.share[:, :, 0], self.share[:, :, min(1, n_res - 1)]
@@ -252,7 +254,7 @@ class _Problem:
                 need = self.demand[c]  # types × resources
                 with np.errstate(divide="ignore"):
                     fit = np.where(need > 0, room // np.where(need > 0, need, 1), np.iinfo(np.int64).max).min(axis=1)
-                take = np.where(useful[c, every], np.minimum(fit, self.counts[c]), 0)
+                take = np.where(useful[c, every], np.minimum(fit, counts[c]), 0)
                 take = np.maximum(take, 0)
                 patterns[every, c] = take
                 room -= take[:, None] * need
@@ -260,33 +262,77 @@ class _Problem:
                 yield t, patterns[t]
 
     def integral(self, deadline: float) -> list[tuple[int, int]] | None:
-        """(pattern, nodes) of the integer program, or of the LP rounded up."""
+        """(pattern, nodes) of the integer program, started from the LP rounded: its whole
+        nodes, and the pods that leaves over covered by greedy fills (cutting stock's usual
+        rounding, within a few nodes of the optimum where rounding every pattern up is not)."""
         if not self.patterns:
             return None
-        n = self._slack + len(self.patterns)
         self.h.run()
-        lp_values = (
-            np.asarray(self.h.getSolution().col_value)
-            if self.h.getModelStatus() == highspy.HighsModelStatus.kOptimal
-            else None
-        )
+        lp_values = None
+        duals = None
+        if self.h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+            lp_values = np.asarray(self.h.getSolution().col_value)
+            duals = np.maximum(np.asarray(self.h.getSolution().row_dual)[: len(self.counts)], 0.0)
+        rounded = None
+        if lp_values is not None and not self._limit_rows:
+            rounded = self._rounded(lp_values, duals)  # may add columns: before the count below
+        n = self._slack + len(self.patterns)
         self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
         self.h.setOptionValue("mip_rel_gap", MIP_GAP)
         self.h.setOptionValue("time_limit", max(0.05, deadline - time.perf_counter()))
-        if lp_values is not None and not self._limit_rows:
-            start = highspy.HighsSolution()  # the LP rounded up: feasible without limits
-            start.col_value = list(np.ceil(lp_values - 1e-7))
+        if rounded is not None:
+            start = highspy.HighsSolution()  # feasible without limits
+            start.col_value = list(rounded.astype(float))
             start.value_valid = True
             self.h.setSolution(start)
         self.h.run()
         if self.h.getInfo().primal_solution_status == 2:  # feasible
             values = np.rint(np.asarray(self.h.getSolution().col_value)).astype(np.int64)
-        elif lp_values is not None and not self._limit_rows:
-            values = np.ceil(lp_values - 1e-7).astype(np.int64)
+        elif rounded is not None:
+            values = rounded
         else:
             return None
         values = values[self._slack :]
         return [(int(p), int(values[p])) for p in np.flatnonzero(values > 0)]
+
+    def _rounded(self, lp_values: np.ndarray, duals: np.ndarray) -> np.ndarray:
+        """A whole-number solution: the LP's whole nodes, then, while pods are left, the node
+        whose greedy fill of them is worth most per price (at the LP's values of the classes)."""
+        whole = np.floor(lp_values[self._slack :] + 1e-7).astype(np.int64)
+        left = self.counts.copy()
+        for (_, pattern), nodes in zip(self.patterns, whole, strict=True):
+            if nodes:
+                left -= pattern * nodes
+        left = np.maximum(left, 0)
+        # A class the LP values at 0 (degenerate) is still worth its cheapest share of a node.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            floor_value = np.where(self.compat, self.price[None, :] * self.share.max(axis=2), np.inf).min(axis=1)
+        value = np.maximum(duals, np.where(np.isfinite(floor_value), floor_value, 0.0)) + _EPS
+        extra: dict[int, int] = {}
+        for _ in range(int(left.sum())):
+            if not left.any():
+                break
+            best = None
+            for t, pattern in self._price_patterns(value, left):
+                take = np.minimum(pattern, left)
+                worth = float(take @ value) / self.price[t] if self.price[t] > 0 else math.inf
+                if take.any() and (best is None or worth > best[0]):
+                    best = (worth, t, take)
+            if best is None:
+                break  # no type holds what is left: the slack columns take it
+            _, t, take = best
+            key = t.to_bytes(4, "little") + take.tobytes()
+            if key not in self._seen:
+                self._add(t, take)
+            index = next(i for i, (u, p) in enumerate(self.patterns) if u == t and np.array_equal(p, take))
+            extra[index] = extra.get(index, 0) + 1
+            left -= take
+        values = np.zeros(self._slack + len(self.patterns), dtype=np.int64)
+        values[: self._slack] = left  # whatever no node holds stays unpacked
+        values[self._slack : self._slack + len(whole)] = whole
+        for index, nodes in extra.items():
+            values[self._slack + index] += nodes
+        return values
 
 
 def _copies(demand: np.ndarray, usable: np.ndarray) -> np.ndarray:

@@ -78,6 +78,11 @@ class PoolModel:
         self.usable = allocatable - self.overhead
         self.cheapest = np.array([o[0].price for o in offerings], dtype=float) if types else np.zeros(0)
         self.exotic = np.fromiter((is_exotic(t) for t in types), dtype=bool, count=len(types))
+        self.metal = np.fromiter(
+            ("metal" in t.labels.get("karpenter.k8s.aws/instance-size", "") for t in types),
+            dtype=bool,
+            count=len(types),
+        )
         self.everything = np.ones(len(types), dtype=bool)
         self.everything.flags.writeable = False  # shared: callers combine it, never change it
         self._type_masks: dict[Requirements, np.ndarray] = {}

@@ -836,7 +836,7 @@ class _Run:
         (``integral.pack``), per NodePool and node requirements, after existing nodes took
         what they can; returns the groups (or parts) still to place, in queue order."""
         rest: list[list[Pod]] = []
-        jobs: dict[tuple, list[tuple[list[Pod], Variant, np.ndarray]]] = {}
+        jobs: dict[tuple, list[tuple[list[Pod], Variant, np.ndarray, Requirements]]] = {}
         for group in groups:
             pod = group[0]
             if not (self._plain(pod) and len(self._variants_of(pod)) == 1):
@@ -847,12 +847,14 @@ class _Run:
             if not queue:
                 continue
             model = next((m for m in self.pools if self._may_open(pod, variant, m)), None)
-            if model is None or model.requirements.merge(variant.requirements).has_min_values:
+            requirements = model.requirements.merge(variant.requirements) if model is not None else None
+            if model is None or requirements is None or requirements.has_min_values:
                 rest.append(queue)
                 continue
-            jobs.setdefault((model.name, model.requirements.merge(variant.requirements)), []).append(
-                (queue, variant, vector)
-            )
+            # Classes that differ only in what they ask of the instance type (architecture, family,
+            # size...) are packed together, each on the types it allows: a node may mix them.
+            shared = requirements.without(*(k for k in requirements if k in model.type_label_keys))
+            jobs.setdefault((model.name, shared), []).append((queue, variant, vector, requirements))
         for (name, requirements), classes in jobs.items():
             model = next(m for m in self.pools if m.name == name)
             left = self._pack_job(model, requirements, classes)
@@ -867,15 +869,32 @@ class _Run:
         )
 
     def _pack_job(
-        self, model: PoolModel, requirements: Requirements, classes: list[tuple[list[Pod], Variant, np.ndarray]]
+        self,
+        model: PoolModel,
+        requirements: Requirements,
+        classes: list[tuple[list[Pod], Variant, np.ndarray, Requirements]],
     ) -> list[list[Pod]]:
-        mask = model.type_mask(requirements) & self._limit_mask(model, None)
-        compat = np.array([_prefer_ordinary(model, mask, vector, self.resources) for _, _, vector in classes])
+        allowed = self._limit_mask(model, None)
+        # GPU and other accelerator types are kept for the pods that ask for them, but the pods
+        # that do not may fill what those nodes have left (as upstream's in-flight claims take them).
+        extended = [
+            j for j, r in enumerate(self.resources) if r not in BASE_RESOURCES and any(c[2][j] for c in classes)
+        ]
+        sharing = model.exotic & ~model.metal
+        sharing = sharing & (model.usable[:, extended] > 0).any(axis=1) if extended else np.zeros_like(sharing)
+        compat = []
+        for _, _, vector, class_requirements in classes:
+            mask = model.type_mask(class_requirements) & allowed
+            if not any(vector[j] for j in extended):
+                ordinary = mask & (~model.exotic | sharing)
+                mask = ordinary if (ordinary & ~model.exotic).any() else mask
+            compat.append(mask)
+        compat = np.array(compat)
         limits = self.remaining[model.name]
         columns = {self.resources.index(k): v for k, v in limits.items() if k in self.resources}
         packing = pack(
-            np.array([vector for _, _, vector in classes]),
-            np.array([len(queue) for queue, _, _ in classes]),
+            np.array([c[2] for c in classes]),
+            np.array([len(c[0]) for c in classes]),
             model.usable,
             model.prices(requirements),
             compat,
@@ -883,11 +902,11 @@ class _Run:
             limits={j: left - int(self._committed[model.name][j]) for j, left in columns.items()} or None,
             node_limit=limits.get("nodes"),
             time_limit=min(
-                max(PACK_SECONDS_MIN, min(PACK_SECONDS_MAX, PACK_SECONDS_PER_POD * sum(len(q) for q, _, _ in classes))),
+                max(PACK_SECONDS_MIN, min(PACK_SECONDS_MAX, PACK_SECONDS_PER_POD * sum(len(c[0]) for c in classes))),
                 max(0.0, self.deadline - self.clock()),
             ),
         )
-        queues = [iter(queue) for queue, _, _ in classes]  # replicas in queue order
+        queues = [iter(c[0]) for c in classes]  # replicas in queue order
         refused: list[list[Pod]] = [[] for _ in classes]
         for _, contents in packing.nodes:
             if self.clock() > self.deadline:
@@ -899,7 +918,10 @@ class _Run:
         return [refused[c] + list(queue) for c, queue in enumerate(queues)]
 
     def _open_packed(self, model: PoolModel, requirements: Requirements, pods, classes) -> bool:
-        """A new claim holding ``pods`` (class index, pod) as the integer program packed them."""
+        """A new claim holding ``pods`` (class index, pod) as the integer program packed them:
+        what every class on it asks of its node."""
+        for c in dict.fromkeys(c for c, _ in pods):
+            requirements = requirements.merge(classes[c][3])
         used = np.sum([classes[c][2] for c, _ in pods], axis=0)
         types = self._new_claim_types(model, requirements, used, 1)  # nodes of one pattern share them
         if types is None or ("nodes" in self.remaining[model.name] and self.remaining[model.name]["nodes"] <= 0):
@@ -1044,7 +1066,8 @@ class _Run:
         key = (model.name, kept.tobytes(), zone, capacity_type)
         found = self._options.get(key)
         if found is None:
-            options = model.options_in_order(kept, b.requirements)
+            # One tuple shared by the claims opened alike (readers of the plan may key on it).
+            options = tuple(model.options_in_order(kept, b.requirements))
             types = Requirement.of("node.kubernetes.io/instance-type", IN, [o.instance_type for o in options])
             found = self._options[key] = (options, types)
         return found
@@ -1183,7 +1206,7 @@ class _Run:
             name=b.name,
             nodepool=model.name,
             requirements=requirements,
-            options=tuple(options),
+            options=options if isinstance(options, tuple) else tuple(options),
             pods=pods,
             requests=requests,
             why=_why_chosen(chosen, options, len(pods), requests),

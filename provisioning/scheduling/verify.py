@@ -32,7 +32,7 @@ selected pod in each.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from provisioning.crd.labels import CAPACITY_TYPE, HOSTNAME, NODEPOOL, WELL_KNOWN_LABELS, ZONE
@@ -105,6 +105,7 @@ class _Node:
     bound: list[Pod] = field(default_factory=list)
     new: list[Pod] = field(default_factory=list)
     daemons_running: frozenset[str] = frozenset()
+    shape: tuple | None = None  # a NodeClaim's (pool, options, fixed labels): what nodes alike share
     _domains: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
@@ -152,14 +153,20 @@ class _Verifier:
         self._selected: dict[tuple, bool] = {}
         self._domain_cache: dict[tuple, frozenset[str]] = {}
         self._option_labels: dict[tuple, tuple[dict[str, str] | None, str | None]] = {}
-        self._fits_claim: dict[tuple, str | None] = {}
+        self._fits_claim: dict[tuple, list[str]] = {}
+        self._claim_shapes: dict[tuple, tuple] = {}
+        self._floors: dict[tuple, dict[str, tuple[int, str]]] = {}
+        self._largest: dict[tuple, dict[str, int]] = {}
         self._term_match: dict[tuple, bool] = {}
         self._allocatables: dict[int, Mapping[str, int]] = {}
         self._admits: dict[tuple, bool] = {}
+        self._daemons: dict[tuple, tuple[DaemonSetOverhead, ...]] = {}
+        self._overheads: dict[tuple, dict[str, int]] = {}
+        self._overhead_dicts: dict[tuple, dict[str, int]] = {}
 
     def _claim_node(self, claim: ClaimPlan, pool: NodePoolInput) -> tuple[_Node, list[str]]:
-        """The node a NodeClaim becomes, one label set per option; problems with the options."""
-        problems = []
+        """The node a NodeClaim becomes, one label set per option; problems with the options.
+        Claims opened alike share their options tuple: what depends only on it is worked out once."""
         fixed = tuple(
             sorted(
                 (key, next(iter(r.values)))
@@ -167,35 +174,54 @@ class _Verifier:
                 if not r.complement and len(r.values) == 1 and key != HOSTNAME
             )
         )
+        shared_key = (pool.name, id(claim.options), fixed)
+        shared = self._claim_shapes.get(shared_key)
+        if shared is None:
+            shared = self._claim_shapes[shared_key] = self._options_of(claim, pool, dict(fixed))
+        label_sets, allocatable, capacity, keys, problems = shared
+        problems = list(problems)
         requirements = claim.requirements.without(HOSTNAME)
-        label_sets, allocatable, capacity = [], [], []
+        check_key = (requirements, shared_key)
+        mismatches = self._fits_claim.get(check_key)
+        if mismatches is None:
+            mismatches = []
+            for labels, (_, instance_type, zone, _, _) in zip(label_sets, keys, strict=True):
+                failed = requirements.labels_match(_known(labels, requirements))
+                if failed is not None:
+                    mismatches.append(f"option {instance_type} in {zone} breaks the NodeClaim's {failed.message}")
+            self._fits_claim[check_key] = mismatches
+        problems += mismatches
+        if not claim.options:
+            problems.append("has no instance type option")
+        node = _Node(claim.name, pool.taints, label_sets, allocatable, capacity, claim=claim, pool=pool)
+        node._domains[HOSTNAME] = frozenset({claim.name})
+        node.shape = shared_key
+        return node, problems
+
+    def _options_of(self, claim: ClaimPlan, pool: NodePoolInput, fixed: dict[str, str]):
         types = self.types[pool.name]
+        label_sets, allocatable, capacity, keys, problems = [], [], [], [], []
         for option in claim.options:
-            cache_key = (pool.name, option.instance_type, option.zone, option.capacity_type, fixed)
+            cache_key = (
+                pool.name,
+                option.instance_type,
+                option.zone,
+                option.capacity_type,
+                tuple(sorted(fixed.items())),
+            )
             found = self._option_labels.get(cache_key)
             if found is None:
-                found = self._option_labels[cache_key] = _labels_of(pool, types, option, dict(fixed))
+                found = self._option_labels[cache_key] = _labels_of(pool, types, option, fixed)
             labels, problem = found
             if labels is None:
                 problems.append(problem or "")
                 continue
-            check_key = (requirements, cache_key)
-            if check_key in self._fits_claim:
-                mismatch = self._fits_claim[check_key]
-            else:
-                failed = requirements.labels_match(_known(labels, requirements))
-                mismatch = self._fits_claim[check_key] = None if failed is None else failed.message
-            if mismatch is not None:
-                problems.append(f"option {option.instance_type} in {option.zone} breaks the NodeClaim's {mismatch}")
             it = types[option.instance_type]
             label_sets.append(labels)
             allocatable.append(self._allocatable(it))
             capacity.append(it.capacity)
-        if not claim.options:
-            problems.append("has no instance type option")
-        node = _Node(claim.name, tuple(pool.taints), label_sets, allocatable, capacity, claim=claim, pool=pool)
-        node._domains[HOSTNAME] = frozenset({claim.name})
-        return node, problems
+            keys.append(cache_key)
+        return label_sets, allocatable, capacity, keys, tuple(problems)
 
     def _allocatable(self, it: InstanceType) -> Mapping[str, int]:
         found = self._allocatables.get(id(it))
@@ -284,8 +310,12 @@ class _Verifier:
         for node in self.nodes:
             if node.claim is not None:
                 self._check_nodepool(node)
+            checked: set[tuple[int, int]] = set()
             for pod in node.new:
-                self._check_pod_on(node, pod)
+                shape = (id(_node_terms(pod)), id(pod.tolerations))
+                if shape not in checked:  # replicas ask the same of the node: once is enough
+                    checked.add(shape)
+                    self._check_pod_on(node, pod)
             self._check_resources(node, daemons)
             self._check_ports(node, daemons)
 
@@ -317,14 +347,32 @@ class _Verifier:
                 )
                 return
 
-    def _daemons_on(self, node: _Node, labels: Mapping[str, str], daemons: Iterable[DaemonSetOverhead]):
-        for daemon in daemons:
-            pod = daemon.pod
-            if untolerated(pod.tolerations, node.taints, ignore_prefer_no_schedule=True) is not None:
-                continue
-            if not any(term.matches(labels) for term in _node_terms(pod)):
-                continue
-            yield daemon
+    def _daemons_on(self, node: _Node, labels: Mapping[str, str], daemons: Sequence[DaemonSetOverhead]):
+        """The DaemonSets that run on a node with these taints and labels (label sets are
+        shared by the options of many claims, so each is asked once)."""
+        key = (id(node.taints), id(labels))  # both outlive the verifier's run
+        found = self._daemons.get(key)
+        if found is None:
+            found = self._daemons[key] = tuple(
+                d
+                for d in daemons
+                if untolerated(d.pod.tolerations, node.taints, ignore_prefer_no_schedule=True) is None
+                and any(term.matches(labels) for term in _node_terms(d.pod))
+            )
+        return found
+
+    def _overhead_on(self, node: _Node, labels: Mapping[str, str], daemons: Sequence[DaemonSetOverhead]):
+        key = (id(node.taints), id(labels))
+        found = self._overheads.get(key)
+        if found is None:
+            total: dict[str, int] = defaultdict(int)
+            for daemon in self._daemons_on(node, labels, daemons):
+                for resource, amount in daemon.requests.items():
+                    total[resource] += amount
+            # Equal overheads share one dict, so options of one type in several zones are one check.
+            frozen = tuple(sorted(total.items()))
+            found = self._overheads[key] = self._overhead_dicts.setdefault(frozen, dict(total))
+        return found
 
     def _check_resources(self, node: _Node, daemons: list[DaemonSetOverhead]) -> None:
         if node.claim is None and not node.new:
@@ -340,24 +388,43 @@ class _Verifier:
             if pod.is_daemonset:
                 for resource, amount in pod.requests.items():
                     bound_daemons[resource] += amount
+        floor = self._floor(node, daemons, bound_daemons)
+        for resource, amount in asked.items():
+            room, what = floor.get(resource, (0, node.name))
+            if amount > room:
+                self.add(
+                    RESOURCES,
+                    f"{resource}: its pods and DaemonSets ask more than {what} has: {amount} for the pods, "
+                    f"{room} left beside the DaemonSets",
+                    node.name,
+                )
+                return
+
+    def _floor(self, node: _Node, daemons, bound_daemons) -> dict[str, tuple[int, str]]:
+        """Per resource, the least room any option leaves for pods beside the DaemonSets still to
+        come there, and the instance type that leaves it."""
+        key = (node.shape, id(node.taints)) if node.shape is not None and not bound_daemons else None
+        found = self._floors.get(key) if key is not None else None
+        if found is not None:
+            return found
+        floor: dict[str, tuple[int, str]] = {}
+        seen: set[tuple[int, int]] = set()
+        names: set[str] = set()
         for labels, allocatable in zip(node.label_sets, node.allocatable, strict=True):
-            need = dict(asked)
-            overhead: dict[str, int] = defaultdict(int)
-            for daemon in self._daemons_on(node, labels, daemons):
-                for resource, amount in daemon.requests.items():
-                    overhead[resource] += amount
-            for resource, amount in overhead.items():
-                # Daemon pods already bound are in ``asked``: only what is still to come is added.
-                need[resource] = need.get(resource, 0) + max(0, amount - bound_daemons.get(resource, 0))
-            for resource, amount in need.items():
-                if amount > allocatable.get(resource, 0):
-                    what = labels.get("node.kubernetes.io/instance-type", node.name)
-                    self.add(
-                        RESOURCES,
-                        f"{resource}: its pods and DaemonSets ask {amount}, {what} has {allocatable.get(resource, 0)}",
-                        node.name,
-                    )
-                    return
+            overhead = self._overhead_on(node, labels, daemons)
+            if (id(allocatable), id(overhead)) in seen:
+                continue  # the same type in another zone, with the same DaemonSets
+            seen.add((id(allocatable), id(overhead)))
+            what = labels.get("node.kubernetes.io/instance-type", node.name)
+            names |= set(allocatable) | set(overhead)
+            for resource in set(allocatable) | set(overhead):
+                # Daemon pods already bound are among the node's pods: only those to come are added.
+                room = allocatable.get(resource, 0) - max(0, overhead.get(resource, 0) - bound_daemons.get(resource, 0))
+                if resource not in floor or room < floor[resource][0]:
+                    floor[resource] = (room, what)
+        if key is not None:
+            self._floors[key] = floor
+        return floor
 
     def _check_ports(self, node: _Node, daemons: list[DaemonSetOverhead]) -> None:
         """A new pod's host ports against every other pod's and, on each option, the DaemonSets
@@ -391,10 +458,14 @@ class _Verifier:
             if node.claim is None or node.pool is None:
                 continue
             totals = used[node.pool.name]
-            largest: dict[str, int] = {}
-            for capacity in node.capacity:
-                for resource, amount in capacity.items():
-                    largest[resource] = max(largest.get(resource, 0), amount)
+            largest = self._largest.get(node.shape) if node.shape is not None else None
+            if largest is None:
+                largest = {}
+                for capacity in node.capacity:
+                    for resource, amount in capacity.items():
+                        largest[resource] = max(largest.get(resource, 0), amount)
+                if node.shape is not None:
+                    self._largest[node.shape] = largest
             for resource, amount in largest.items():
                 totals[resource] = totals.get(resource, 0) + amount
             totals["nodes"] = totals.get("nodes", 0) + 1
@@ -680,10 +751,21 @@ def _labels_of(pool: NodePoolInput, types: Mapping[str, InstanceType], option, f
 
 def _node_terms(pod: Pod) -> tuple[Requirements, ...]:
     """The pod's node selector merged into each required node affinity term (ORed)."""
-    base = Requirements.from_labels(dict(pod.node_selector))
-    if not pod.required_node_affinity:
-        return (base,)
-    return tuple(base.merge(Requirements.from_node_selector_term(t)) for t in pod.required_node_affinity)
+    key = (pod.node_selector, pod.required_node_affinity)
+    found = _TERMS.get(key)
+    if found is None:
+        base = Requirements.from_labels(dict(pod.node_selector))
+        if not pod.required_node_affinity:
+            found = (base,)
+        else:
+            found = tuple(base.merge(Requirements.from_node_selector_term(t)) for t in pod.required_node_affinity)
+        if len(_TERMS) > 10_000:
+            _TERMS.clear()
+        _TERMS[key] = found
+    return found
+
+
+_TERMS: dict[tuple, tuple[Requirements, ...]] = {}
 
 
 def _strict(pod: Pod) -> Requirements:
