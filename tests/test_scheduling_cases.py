@@ -290,3 +290,53 @@ def test_hostname_anti_affinity_gives_each_replica_its_own_node(six):
     pods = _replicas("web", 6, pod_anti_requirements=[affinity_term(HOSTNAME, labels={"app": "web"})])
     six.provision(pods)
     assert len({six.scheduled(p).name for p in pods}) == 6
+
+
+def test_a_nodepool_whose_limits_leave_too_few_families_hands_the_pods_to_the_next():
+    """The heavier NodePool wants 3 instance families within 4 vCPUs. A big pod opens a claim
+    there, then a small pod that avoids it opens another (a 2-vCPU type: 3 families hold it).
+    Counting that one, the big pod's claim may only launch as a 2-vCPU type, and of those only
+    m5.large and r5.large hold it: 2 families (Strict). Its pod goes to the other NodePool, as
+    upstream's scheduler moves on to the next NodeClaim template; it is not left pending."""
+    env = Env()
+    families = node_pool(
+        "families",
+        weight=50,
+        requirements=[
+            requirement(INSTANCE_FAMILY, "In", "m5", "c5", "r5", min_values=3),
+            requirement(CAPACITY_TYPE, "In", "on-demand"),
+        ],
+        limits={"cpu": "4"},
+    )
+    fallback = node_pool(
+        "fallback", requirements=[requirement(CAPACITY_TYPE, "In", "on-demand")], limits={"cpu": "100"}
+    )
+    env.apply(families, fallback)
+    big = unschedulable_pod(labels={"app": "big"}, requests={"cpu": "1500m", "memory": "3500Mi"})
+    small = unschedulable_pod(
+        requests={"cpu": "1", "memory": "1Gi"}, pod_anti_requirements=[affinity_term(HOSTNAME, labels={"app": "big"})]
+    )
+    result = env.provision(big, small)
+    assert not result.unschedulable
+    assert env.scheduled(small).labels["karpenter.sh/nodepool"] == "families"
+    assert env.scheduled(big).labels["karpenter.sh/nodepool"] == "fallback"
+
+
+def test_a_min_values_counts_accelerator_types_as_upstreams_exotic_filter_does():
+    """Pods that ask for no GPU are kept off GPU types, unless a minValues is set: upstream's
+    exotic filter then keeps them (filter.go), and here they make the third family."""
+    env = Env()
+    env.apply(
+        node_pool(
+            requirements=[
+                requirement(INSTANCE_FAMILY, "In", "c5", "c7i", "g4dn", min_values=3),
+                requirement(CAPACITY_TYPE, "In", "on-demand"),
+            ]
+        )
+    )
+    plain = unschedulable_pod(requests={"cpu": "1", "memory": "1Gi"})
+    result = env.provision(plain)
+    assert not result.unschedulable
+    (claim,) = result.plan.claims
+    assert {o.instance_type.split(".")[0] for o in claim.options} == {"c5", "c7i", "g4dn"}
+    assert claim.chosen.instance_type.split(".")[0] != "g4dn"  # the cheapest, not the GPU

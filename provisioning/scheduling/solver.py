@@ -82,11 +82,16 @@ class _Run:
         strategy: str,
         deadline: float,
         clock: Callable[[], float],
+        avoid: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.strategy = strategy
         self.deadline = deadline
         self.clock = clock
+        # Pod key → NodePools it may not open a claim in (their limits left a claim of it
+        # short of minValues in an earlier run: upstream tries the next NodePool then).
+        self.avoid: Mapping[str, frozenset[str]] = avoid or {}
+        self.left_out: dict[str, str] = {}  # pod key → NodePool whose claim ``plan`` left out
         extended = sorted({r for p in snapshot.pods for r in p.requests} - set(BASE_RESOURCES))
         self.resources = BASE_RESOURCES + tuple(extended)
         daemons = [_daemon(d) for d in snapshot.daemonsets]
@@ -265,7 +270,7 @@ class _Run:
     def run(self) -> None:
         groups: dict[object, list[Pod]] = {}
         for pod in self.snapshot.pods:
-            groups.setdefault(pod.shape_key, []).append(pod)
+            groups.setdefault((pod.shape_key, self.avoid.get(pod.key)), []).append(pod)
         order = sorted(groups.values(), key=_queue_order)
         if self.strategy == PACKED:
             order = self._pack_plain(order)
@@ -601,8 +606,9 @@ class _Run:
         key = (vector.tobytes(), model.name, variant.requirements)
         cost = self._alone_cost.get(key)
         if cost is None:
-            mask = model.type_mask(model.requirements.merge(variant.requirements))
-            counts = model.max_copies(_prefer_ordinary(model, mask, vector, self.resources), vector * 0, vector)
+            requirements = model.requirements.merge(variant.requirements)
+            mask = _prefer_ordinary(model, model.type_mask(requirements), vector, self.resources, requirements)
+            counts = model.max_copies(mask, vector * 0, vector)
             with np.errstate(divide="ignore"):
                 per = np.where(counts > 0, model.cheapest / np.maximum(counts, 1), np.inf)
             cost = self._alone_cost[key] = float(per.min()) if len(per) else float("inf")
@@ -676,7 +682,11 @@ class _Run:
             return self._new_types[key]
         allowed = limits if exclude is None else limits & ~exclude
         mask = _prefer_ordinary(
-            model, model.fits(model.type_mask(requirements), vector * count) & allowed, vector, self.resources
+            model,
+            model.fits(model.type_mask(requirements), vector * count) & allowed,
+            vector,
+            self.resources,
+            requirements,
         )
         found = None
         if mask.any() and model.min_values_ok(requirements, mask):
@@ -689,6 +699,8 @@ class _Run:
         return found
 
     def _open(self, pod: Pod, variant: Variant, model: PoolModel, vector: np.ndarray, count: int) -> Bin | None:
+        if model.name in self.avoid.get(pod.key, ()):
+            return None
         if not len(model) or untolerated(self._tolerations(pod, variant), model.taints) is not None:
             return None
         if model.requirements.compatible(variant.requirements) is not None:
@@ -864,6 +876,7 @@ class _Run:
     def _may_open(self, pod: Pod, variant: Variant, model: PoolModel) -> bool:
         return (
             bool(len(model))
+            and model.name not in self.avoid.get(pod.key, ())
             and untolerated(self._tolerations(pod, variant), model.taints) is None
             and model.requirements.compatible(variant.requirements) is None
         )
@@ -952,7 +965,7 @@ class _Run:
             return 0
         requirements = model.requirements.merge(variant.requirements)
         mask = _prefer_ordinary(
-            model, model.type_mask(requirements) & self._limit_mask(model, None), vector, self.resources
+            model, model.type_mask(requirements) & self._limit_mask(model, None), vector, self.resources, requirements
         )
         counts = np.minimum(model.max_copies(mask, np.zeros_like(vector), vector), left)
         if not counts.any():
@@ -1085,6 +1098,7 @@ class _Run:
             finished = self._finish(b)
             if isinstance(finished, str):  # its cheapest options do not meet minValues (Strict)
                 for pod in b.pods:
+                    self.left_out[pod.key] = b.pool.name  # type: ignore[union-attr]
                     unschedulable[pod.key] = finished
                 continue
             claims.append(finished)
@@ -1145,6 +1159,7 @@ class _Run:
                             if not self.best_effort:
                                 unmet = requirements.min_values_satisfied(labels)
                                 for pod in claim.pods:
+                                    self.left_out[pod] = model.name
                                     unschedulable[pod] = (
                                         f"NodePool {model.name}: the instance types that stay within its limits "
                                         f"({_limits(model)}) do not meet minValues: {unmet.message if unmet else ''}"
@@ -1237,7 +1252,19 @@ def solve(snapshot: Snapshot, clock: Callable[[], float] = time.perf_counter) ->
             break
     assert best is not None
     # Only the winner is turned into a plan (options, explanations): the rest is thrown away.
-    return best.plan(clock() - start)
+    plan = best.plan(clock() - start)
+    avoid: dict[str, frozenset[str]] = {}
+    while best.left_out and clock() <= deadline:
+        # Claims left out for minValues (Strict: their launchable or within-limits options
+        # miss one) were counted in the topology their pods' neighbours were placed by. Their
+        # pods are planned again away from that NodePool, as upstream's scheduler moves on to
+        # the next NodeClaim template. Each round bars more, so this ends.
+        for key, pool in best.left_out.items():
+            avoid[key] = avoid.get(key, frozenset()) | {pool}
+        best = _Run(snapshot, best.strategy, deadline, clock, avoid)
+        best.run()
+        plan = best.plan(clock() - start)
+    return plan
 
 
 # ------------------------------------------------------------------ helpers
@@ -1339,10 +1366,12 @@ def _first_holding(usable: np.ndarray, order: np.ndarray, used: np.ndarray, limi
     return order[(usable[order] >= used).all(axis=1)][:limit]
 
 
-def _prefer_ordinary(model: PoolModel, mask: np.ndarray, vector: np.ndarray, resources: Sequence[str]) -> np.ndarray:
-    """Drop exotic types (metal, accelerators) unless the pod asks for an extended resource
-    or nothing else fits, as upstream's exotic filter."""
-    if any(vector[j] for j, r in enumerate(resources) if r not in BASE_RESOURCES):
+def _prefer_ordinary(
+    model: PoolModel, mask: np.ndarray, vector: np.ndarray, resources: Sequence[str], requirements: Requirements
+) -> np.ndarray:
+    """Drop exotic types (metal, accelerators) unless the pod asks for an extended resource,
+    a minValues counts them, or nothing else fits, as upstream's exotic filter."""
+    if requirements.has_min_values or any(vector[j] for j, r in enumerate(resources) if r not in BASE_RESOURCES):
         return mask
     ordinary = mask & ~model.exotic
     return ordinary if ordinary.any() else mask
