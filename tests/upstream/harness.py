@@ -43,8 +43,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioning.crd.labels import ARCH, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, OS, ZONE
+from provisioning.scheduling.instancetypes import InstanceType
 from provisioning.scheduling.labelselector import LabelSelector
 from provisioning.scheduling.plan import ClaimPlan, Plan
+from provisioning.scheduling.quantity import to_int
 from provisioning.scheduling.snapshot import Snapshot
 
 Manifest = dict[str, Any]
@@ -460,6 +462,16 @@ class Result:
 def key_of(manifest: Manifest) -> str:
     meta = manifest["metadata"]
     return f"{meta.get('namespace') or 'default'}/{meta['name']}"
+
+
+def total_requests(raw: Mapping[str, str] | None, count: int = 1) -> dict[str, int]:
+    """``count`` pods' worth of the requests ``raw`` (quantities), with their pod slots."""
+    return {"pods": count, **{name: to_int(name, value) * count for name, value in (raw or {}).items()}}
+
+
+def holds(it: InstanceType, requests: Mapping[str, int]) -> bool:
+    """The type's allocatable holds ``requests`` (upstream's ``resources.Fits``)."""
+    return all(it.allocatable.get(name, 0) >= amount for name, amount in requests.items())
 
 
 class Env:

@@ -35,13 +35,13 @@ from harness import (
     Env,
     Result,
     ec2_node_class,
+    holds,
     node_pool,
     requirement,
+    total_requests,
     unschedulable_pod,
 )
 
-from provisioning.scheduling.instancetypes import InstanceType
-from provisioning.scheduling.quantity import to_int
 from provisioning.scheduling.snapshot import Snapshot
 
 SOURCE = "aws/karpenter-provider-aws pkg/cloudprovider/suite_test.go"
@@ -189,14 +189,6 @@ def base_node_pool(**overrides) -> dict:
     return node_pool(**overrides)
 
 
-def _requests(raw: Mapping[str, str], count: int) -> dict[str, int]:
-    return {"pods": count, **{name: to_int(name, value) * count for name, value in raw.items()}}
-
-
-def _fits(it: InstanceType, requests: Mapping[str, int]) -> bool:
-    return all(it.allocatable.get(name, 0) >= amount for name, amount in requests.items())
-
-
 def _check_sizes(result: Result, one: Iterable[str], both: Iterable[str], capacity_types: Iterable[str]) -> None:
     """The mapping holds on the catalog: the ``one`` types hold a single pod, the ``both`` types hold two
     and cost less than two of a ``one`` type (so one node would do without minValues)."""
@@ -204,9 +196,11 @@ def _check_sizes(result: Result, one: Iterable[str], both: Iterable[str], capaci
     types = {t.name: t for t in pool.instance_types}
     cts = frozenset(capacity_types)
     for name in one:
-        assert _fits(types[name], _requests(POD_REQUESTS, 1)) and not _fits(types[name], _requests(POD_REQUESTS, 2))
+        assert holds(types[name], total_requests(POD_REQUESTS, 1)) and not holds(
+            types[name], total_requests(POD_REQUESTS, 2)
+        )
     for name in both:
-        assert _fits(types[name], _requests(POD_REQUESTS, 2)), name
+        assert holds(types[name], total_requests(POD_REQUESTS, 2)), name
         for small in one:
             assert types[name].cheapest_price(cts) < 2 * types[small].cheapest_price(cts), (name, small)
 

@@ -43,15 +43,16 @@ from harness import (
     NodeView,
     Result,
     ec2_node_class,
+    holds,
     key_of,
     node_pool,
     requirement,
+    total_requests,
     unschedulable_pod,
 )
 
 from provisioning.scheduling.instancetypes import InstanceType
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption
-from provisioning.scheduling.quantity import to_int
 
 SOURCE = "kubernetes-sigs/karpenter pkg/controllers/provisioning/scheduling/instance_selection_test.go"
 COMMIT = "2266468104f36373ed002241afaee2d3bbc26078"
@@ -115,18 +116,6 @@ def _pool_types(result: Result, nodepool: str) -> dict[str, InstanceType]:
     return {t.name: t for t in pool.instance_types}
 
 
-def _fits(it: InstanceType, requests: Mapping[str, int]) -> bool:
-    allocatable = it.allocatable
-    return all(allocatable.get(name, 0) >= amount for name, amount in requests.items())
-
-
-def _requests(raw: Mapping[str, str] | None, count: int = 1) -> dict[str, int]:
-    out = {"pods": count}
-    for name, value in (raw or {}).items():
-        out[name] = to_int(name, value) * count
-    return out
-
-
 def cheapest_price(
     result: Result, constraints: Mapping[str, Iterable[str]], requests: Mapping[str, str] | None = None
 ) -> float:
@@ -134,7 +123,7 @@ def cheapest_price(
     offering, over every NodePool's types, whose type's labels and whose zone / capacity type
     are in ``constraints`` (label → allowed values) and whose type holds the pod."""
     allowed = {key: set(values) for key, values in constraints.items()}
-    needed = _requests(requests)
+    needed = total_requests(requests)
     prices = []
     for pool in result.snapshot.nodepools:
         for it in pool.instance_types:
@@ -142,7 +131,7 @@ def cheapest_price(
                 it.labels.get(key) not in values for key, values in allowed.items() if key not in (ZONE, CAPACITY_TYPE)
             ):
                 continue
-            if not _fits(it, needed):
+            if not holds(it, needed):
                 continue
             for o in it.available_offerings():
                 if o.zone in allowed.get(ZONE, {o.zone}) and o.capacity_type in allowed.get(
@@ -494,7 +483,7 @@ def test_should_schedule_on_an_instance_with_enough_resources(env):
             names = {env.scheduled(p).name for p in pods}
             assert len(names) == 1, f"{requests}: the pods landed on {len(names)} nodes"
             claims = [c for c in result.claims if set(c.pods) & {key_of(p) for p in pods}]
-            total = _requests(requests, 3)
+            total = total_requests(requests, 3)
             for it, _ in options(result, claims[0]):
                 overhead = it.overhead.total()
                 for resource in ("cpu", "memory"):
@@ -546,11 +535,11 @@ def _check_sizes(result: Result, one: Iterable[str] = (), both: Iterable[str] = 
     """The mapping holds on the catalog: the ``one`` types hold a single pod of the test, the ``both``
     types hold two and cost less than two of any ``one`` type (so without minValues one node would do)."""
     types = _pool_types(result, result.snapshot.nodepools[0].name)
-    single, double = _requests(MIN_VALUES_POD), _requests(MIN_VALUES_POD, 2)
+    single, double = total_requests(MIN_VALUES_POD), total_requests(MIN_VALUES_POD, 2)
     for name in one:
-        assert _fits(types[name], single) and not _fits(types[name], double), name
+        assert holds(types[name], single) and not holds(types[name], double), name
     for name in both:
-        assert _fits(types[name], double), name
+        assert holds(types[name], double), name
         for small in one:
             assert types[name].cheapest_price() < 2 * types[small].cheapest_price(), (name, small)
 
@@ -701,7 +690,7 @@ def test_schedule_should_fail_if_minimum_number_of_instancetypes_is_not_met_as_p
     pod = unschedulable_pod()
     result = env.provision(pod)
     types = _pool_types(result, result.snapshot.nodepools[0].name)
-    assert all(types[name].available_offerings() and _fits(types[name], _requests(None)) for name in ten)
+    assert all(types[name].available_offerings() and holds(types[name], total_requests(None)) for name in ten)
     env.not_scheduled(pod)
 
 
