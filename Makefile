@@ -73,6 +73,7 @@ bench-catalog: setup
 
 bench-solver: setup
 	$(PY) bench/solver.py
+	$(PY) bench/simulate.py
 
 bench-pipeline: setup
 	$(PY) bench/pipeline.py --workers 4

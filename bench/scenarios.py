@@ -86,12 +86,14 @@ class _Factory:
         self.namespace = namespace
         self._parsed: dict[str, Pod] = {}
         self._serial = 0
+        self.replicas: dict[str, int] = {}  # template (JSON) → pods made from it, in order of first use
 
     def pod(self, group: str, spec: dict, labels: dict[str, str]) -> Pod:
         template = {"metadata": {"labels": labels}, "spec": spec}
         key = json.dumps(template, sort_keys=True)
         name = f"{group}-{self._serial}"
         self._serial += 1
+        self.replicas[key] = self.replicas.get(key, 0) + 1
         first = self._parsed.get(key)
         if first is None:
             first = self._parsed[key] = pod_from_template(template, namespace=self.namespace, name=name)
@@ -103,11 +105,13 @@ def _container(cpu: str, memory: str) -> list[dict]:
     return [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
 
 
-def upstream_pods(count: int, seed: int = SEED, self_selecting: bool = False) -> list[Pod]:
+def upstream_pods(
+    count: int, seed: int = SEED, self_selecting: bool = False, factory: _Factory | None = None
+) -> list[Pod]:
     """Upstream's ``makeDiversePods(count)``; ``self_selecting``: each spread selects the
     pod's own label value instead of a random one."""
     rng = random.Random(seed)
-    factory = _Factory()
+    factory = factory or _Factory()
     part = count // 5
 
     def requests() -> list[dict]:
@@ -164,6 +168,55 @@ def upstream_pods(count: int, seed: int = SEED, self_selecting: bool = False) ->
     pods += anti_affinity(part)
     pods += generic(count - len(pods))
     return pods
+
+
+def upstream_manifests(count: int, seed: int = SEED, self_selecting: bool = False) -> list[dict]:
+    """The same pods as ``upstream_pods`` as a user applies them: one Deployment per distinct
+    pod template, with as many replicas as pods of it, after the NodePool and EC2NodeClass."""
+    factory = _Factory()
+    upstream_pods(count, seed, self_selecting, factory)
+    documents: list[dict] = [
+        {
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {
+                "role": "KarpenterNodeRole",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "bench"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "bench"}}],
+            },
+        },
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                        "requirements": [dict(r) for r in NODEPOOL_REQUIREMENTS],
+                    }
+                }
+            },
+        },
+    ]
+    for n, (key, replicas) in enumerate(factory.replicas.items()):
+        template = json.loads(key)
+        template["metadata"]["labels"] = {**template["metadata"]["labels"], "bench/deployment": f"d{n}"}
+        documents.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": f"d{n}", "namespace": "default"},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"bench/deployment": f"d{n}"}},
+                    "template": template,
+                },
+            }
+        )
+    return documents
 
 
 def deployments(groups: Sequence[tuple], seed: int = SEED) -> list[Pod]:

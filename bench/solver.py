@@ -180,14 +180,14 @@ def with_daemonsets(types, daemons) -> tuple:
     extra: dict[str, int] = {"pods": 0}
     for daemon in daemons:
         extra["pods"] += 1
-        for resource, amount in daemon.requests.items():
-            if resource != "pods":
-                extra[resource] = extra.get(resource, 0) + amount
+        for name, amount in daemon.requests.items():
+            if name != "pods":
+                extra[name] = extra.get(name, 0) + amount
     out = []
     for it in types:
         reserved = dict(it.overhead.system_reserved)
-        for resource, amount in extra.items():
-            reserved[resource] = reserved.get(resource, 0) + amount
+        for name, amount in extra.items():
+            reserved[name] = reserved.get(name, 0) + amount
         out.append(replace(it, overhead=Overhead(it.overhead.kube_reserved, reserved, it.overhead.eviction_threshold)))
     return tuple(out)
 

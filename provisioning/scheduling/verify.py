@@ -106,6 +106,7 @@ class _Node:
     new: list[Pod] = field(default_factory=list)
     daemons_running: frozenset[str] = frozenset()
     shape: tuple | None = None  # a NodeClaim's (pool, options, fixed labels): what nodes alike share
+    # key → its values; NodeClaims of one shape share this dict (the hostname is the node's own).
     _domains: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
@@ -114,6 +115,8 @@ class _Node:
 
     def domains(self, key: str) -> frozenset[str]:
         """The values of ``key`` this node may have (empty: it may lack the label)."""
+        if key == HOSTNAME and self.claim is not None:
+            return frozenset({self.name})
         found = self._domains.get(key)
         if found is None:
             values = {labels.get(key) for labels in self.label_sets}
@@ -163,6 +166,8 @@ class _Verifier:
         self._daemons: dict[tuple, tuple[DaemonSetOverhead, ...]] = {}
         self._overheads: dict[tuple, dict[str, int]] = {}
         self._overhead_dicts: dict[tuple, dict[str, int]] = {}
+        self._shape_domains: dict[tuple, dict[str, frozenset[str]]] = {}
+        self._all_match: dict[tuple, dict[str, str] | None] = {}
 
     def _claim_node(self, claim: ClaimPlan, pool: NodePoolInput) -> tuple[_Node, list[str]]:
         """The node a NodeClaim becomes, one label set per option; problems with the options.
@@ -193,8 +198,9 @@ class _Verifier:
         problems += mismatches
         if not claim.options:
             problems.append("has no instance type option")
+        domains = self._shape_domains.setdefault(shared_key, {})
         node = _Node(claim.name, pool.taints, label_sets, allocatable, capacity, claim=claim, pool=pool)
-        node._domains[HOSTNAME] = frozenset({claim.name})
+        node._domains = domains
         node.shape = shared_key
         return node, problems
 
@@ -235,6 +241,17 @@ class _Verifier:
         found = self._term_match.get(key)
         if found is None:
             found = self._term_match[key] = any(term.matches(_known(labels, term)) for term in terms)
+        return found
+
+    def first_mismatch(self, terms: tuple[Requirements, ...], node: _Node) -> dict[str, str] | None:
+        """The first of the node's label sets none of ``terms`` holds on (None: they all
+        hold); NodeClaims of one shape have the same label sets, so it is asked once a shape."""
+        key = (terms, node.shape if node.shape is not None else id(node))
+        if key in self._all_match:
+            return self._all_match[key]
+        found = next((labels for labels in node.label_sets if not self.term_matches(terms, labels)), None)
+        if node.shape is not None:
+            self._all_match[key] = found
         return found
 
     def add(self, kind: str, message: str, node: str = "", pod: str = "") -> None:
@@ -322,30 +339,26 @@ class _Verifier:
     def _check_nodepool(self, node: _Node) -> None:
         pool = node.pool
         assert pool is not None
-        for labels in node.label_sets:
-            if self.term_matches((pool.requirements,), labels):
-                continue
+        labels = self.first_mismatch((pool.requirements,), node)
+        if labels is not None:
             mismatch = pool.requirements.labels_match(_known(labels, pool.requirements))
             if mismatch is not None:
                 self.add(NODEPOOL_RULES, f"breaks NodePool {pool.name}'s {mismatch.message}", node.name)
-                return
 
     def _check_pod_on(self, node: _Node, pod: Pod) -> None:
         taint = untolerated(pod.tolerations, node.taints, ignore_prefer_no_schedule=True)
         if taint is not None:
             self.add(TAINTS, f"does not tolerate taint {taint}", node.name, pod.key)
-        terms = _node_terms(pod)
-        for labels in node.label_sets:
-            if not self.term_matches(terms, labels):
-                instance_type = labels.get("node.kubernetes.io/instance-type", "")
-                self.add(
-                    NODE_SELECTION,
-                    f"its node selector and required node affinity are not met by {instance_type or 'the node'}"
-                    f" in {labels.get(ZONE, '?')}",
-                    node.name,
-                    pod.key,
-                )
-                return
+        labels = self.first_mismatch(_node_terms(pod), node)
+        if labels is not None:
+            instance_type = labels.get("node.kubernetes.io/instance-type", "")
+            self.add(
+                NODE_SELECTION,
+                f"its node selector and required node affinity are not met by {instance_type or 'the node'}"
+                f" in {labels.get(ZONE, '?')}",
+                node.name,
+                pod.key,
+            )
 
     def _daemons_on(self, node: _Node, labels: Mapping[str, str], daemons: Sequence[DaemonSetOverhead]):
         """The DaemonSets that run on a node with these taints and labels (label sets are
@@ -496,7 +509,8 @@ class _Verifier:
     # -------------------------------------------------------------- topology
 
     def selects(self, namespaces, namespace_selector, selector: LabelSelector, pod: Pod) -> bool:
-        key = (namespaces, namespace_selector, selector, pod.namespace, id(pod.labels))
+        # Selectors and label sets live as long as the snapshot: their ids are the cheap key.
+        key = (namespaces, id(namespace_selector), id(selector), pod.namespace, id(pod.labels))
         found = self._selected.get(key)
         if found is None:
             in_namespace = pod.namespace in namespaces
@@ -556,11 +570,12 @@ class _Verifier:
         open_terms = not honor_affinity or all(not t for t in terms)
 
         def admits(node: _Node) -> bool:
-            cache_key = (node.name, terms if not open_terms else None, tolerations if honor_taints else None)
+            where = node.shape if node.shape is not None else node.name  # a shape: one pool, its taints
+            cache_key = (where, terms if not open_terms else None, tolerations if honor_taints else None)
             found = self._admits.get(cache_key)
             if found is None:
                 found = not (honor_taints and untolerated(tolerations, node.taints) is not None) and (
-                    open_terms or all(self.term_matches(terms, labels) for labels in node.label_sets)
+                    open_terms or self.first_mismatch(terms, node) is None
                 )
                 self._admits[cache_key] = found
             return found

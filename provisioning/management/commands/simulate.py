@@ -33,7 +33,7 @@ class Command(BaseCommand):
         "Plan the NodeClaims for NodePools, EC2NodeClasses and workloads (YAML or JSON; '-' reads stdin) "
         "against the bundled catalog, without launching anything. EC2NodeClasses are assumed to have "
         "subnets in every zone of the region unless --zones says otherwise. "
-        "Exit 0 with a plan, 2 on invalid input."
+        "Exit 0 with a plan, 2 on invalid input, 3 when the plan verifier finds a broken rule."
     )
     requires_system_checks: list[str] = []
 
