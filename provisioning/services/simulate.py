@@ -2,8 +2,10 @@
 
 ``manage.py simulate`` is to node provisioning what ``terraform plan`` is to infrastructure.
 It reads NodePool and EC2NodeClass documents with the workloads of an application (Pod,
-Deployment, ReplicaSet, StatefulSet, Job, DaemonSet) and the nodes that already run (Node),
-turns them into the solver's :class:`Snapshot`, solves, and shows the :class:`Plan`.
+Deployment, ReplicaSet, StatefulSet, Job, DaemonSet), the nodes that already run (Node),
+Namespaces (their labels, for namespaceSelectors) and Services (their selectors, for default
+topology spreads), turns them into the solver's :class:`Snapshot`, solves, and shows the
+:class:`Plan`.
 
 * NodePools and EC2NodeClasses are checked by THE validator (``provisioning.crd.validate``);
   any error makes the input invalid (:class:`SimulateError`, naming the document and field).
@@ -14,7 +16,8 @@ turns them into the solver's :class:`Snapshot`, solves, and shows the :class:`Pl
   the AL2023 defaults, with a note).
 * The catalog is the bundled snapshot of the region (no network, no Redis). An EC2NodeClass
   is assumed to have a subnet in every zone of the region; ``zones`` narrows that.
-* Other kinds (Service, ConfigMap, Namespace, ...) are skipped with a note, so an
+* Other kinds (ConfigMap, Service, ...) are skipped with a note (a Service's selector still
+  tells which pods it serves, for default topology spreads), so an
   application's manifests can be fed as they are.
 """
 

@@ -1,9 +1,9 @@
 """``manage.py simulate -f FILE``: what karpweb would launch for these manifests, as
 ``terraform plan`` shows what would change.
 
-Reads NodePool, EC2NodeClass, Pod, Deployment, ReplicaSet, StatefulSet, Job, DaemonSet and
-Node documents (other kinds are skipped with a note on stderr), solves against the bundled
-catalog of the region (no network), and prints the plan as a table or as JSON.
+Reads NodePool, EC2NodeClass, Pod, Deployment, ReplicaSet, StatefulSet, Job, DaemonSet, Node
+and Namespace documents (other kinds are skipped with a note on stderr), solves against the
+bundled catalog of the region (no network), and prints the plan as a table or as JSON.
 
 Exit status: 0 with a plan (unschedulable pods are part of it), 2 on invalid input (the
 message on stderr names the document and the field), 3 when THE verifier finds the plan
