@@ -11,6 +11,7 @@ from celery.signals import worker_process_init, worker_ready
 
 from provisioning.cloud.base import CloudError, Throttled
 from provisioning.cluster.base import ClusterError
+from provisioning.services import dispatch
 
 log = logging.getLogger(__name__)
 
@@ -304,3 +305,22 @@ def _warm_loop() -> None:
         finally:
             connection.close()  # this thread's own; not held between passes
         time.sleep(KEEP_WARM_SECONDS)
+
+
+class _Celery:
+    """Services' dispatcher (``provisioning.services.dispatch``): each job a Celery task."""
+
+    def launch_claim(self, claim_id: int) -> None:
+        launch_nodeclaim.delay(claim_id)
+
+    def launch_batch(self, token: str) -> None:
+        launch_nodeclaims.delay(token)
+
+    def pods_pending(self) -> None:
+        pods_pending()
+
+    def export_policy(self, kind: str, name: str) -> None:
+        export_policy.delay(kind, name)
+
+
+dispatch.install(_Celery())

@@ -395,7 +395,7 @@ def test_a_process_kept_warm_calls_createfleet_first(env, queued, monkeypatch, d
         for token in queued["batches"]:
             launchbatch.launch_batch(token)
         for pk in queued["claims"]:
-            cloud_service.launch_nodeclaim(NodeClaim.objects.get(pk=pk))
+            cloud_service.launch_nodeclaim(pk)
     finally:
         cloud.ec2.meta.events.unregister("before-call.ec2.*", record)
     assert sent and sent[0] == "CreateFleet", sent  # nothing to resolve, describe or create first

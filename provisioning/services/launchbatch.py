@@ -61,6 +61,7 @@ from provisioning.cloud.launch import launch_batch_with_backoff
 from provisioning.models import NodeClaim
 from provisioning.services.cloud import get_cloud, ice_cache, launch_input, launch_request, record_launched
 from provisioning.services.connections import get_redis
+from provisioning.services.dispatch import dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +96,12 @@ def plan_launches(claims: Sequence[NodeClaim]) -> list[list[NodeClaim]]:
 
 def dispatch(launches: Iterable[list[NodeClaim]]) -> None:
     """One task per launch: a batch's, or a claim's."""
-    from provisioning.tasks import launch_nodeclaim, launch_nodeclaims
-
+    jobs = dispatcher()
     for launch in launches:
         if launch[0].launch_batch:
-            launch_nodeclaims.delay(launch[0].launch_batch)
+            jobs.launch_batch(launch[0].launch_batch)
         else:
-            launch_nodeclaim.delay(launch[0].pk)
+            jobs.launch_claim(launch[0].pk)
 
 
 def launch_batch(token: str, cloud: CloudProvider | None = None) -> list[NodeClaim]:
@@ -166,12 +166,10 @@ def _hand_over(
 ) -> None:
     """Claims the fleet left without an instance leave the batch and launch one by one, once
     the offerings the fleet found exhausted are marked, so they are not tried again."""
-    from provisioning.tasks import launch_nodeclaim
-
     if isinstance(shortfall, InsufficientCapacity):
         for option in shortfall.unavailable:
             mark_unavailable(option)
     log.info("batch %s: %d claims launch one by one: %s", token, len(claims), shortfall)
     for claim in claims:
         if claim.move(NodeClaim.State.LAUNCHING, NodeClaim.State.PENDING, launch_batch=""):
-            launch_nodeclaim.delay(claim.pk)
+            dispatcher().launch_claim(claim.pk)

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from provisioning.cluster.base import Event, Manifest, is_pending
 from provisioning.models import ClusterNode, ClusterPod, NodeClaim
+from provisioning.services.dispatch import dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,7 @@ def _pod(event: Event) -> bool:
             ClusterNode.objects.filter(name=node).update(last_pod_change_at=timezone.now())
             ClusterPod.objects.filter(namespace=namespace, name=name).update(bound_at=timezone.now())
     if not node:
-        from provisioning.tasks import pods_pending
-
-        pods_pending()
+        dispatcher().pods_pending()
     return True
 
 

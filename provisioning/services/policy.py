@@ -20,6 +20,7 @@ from provisioning import crd
 from provisioning.crd.manifest import dump_yaml
 from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource, EC2NodeClass, NodePool
 from provisioning.services import catalog
+from provisioning.services.dispatch import dispatcher
 
 
 class PolicyError(Exception):
@@ -229,9 +230,7 @@ def _export_later(kind: str, name: str, source: str) -> None:
     the cluster once committed; the export checks resourceVersions, so nothing is lost."""
     if settings.KARPWEB_CLUSTER != "kubernetes" or source == AuditEntry.Source.KUBECTL:
         return
-    from provisioning.tasks import export_policy
-
-    transaction.on_commit(lambda: export_policy.delay(kind, name))
+    transaction.on_commit(lambda: dispatcher().export_policy(kind, name))
 
 
 def record(

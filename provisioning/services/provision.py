@@ -49,6 +49,7 @@ from provisioning.scheduling.plan import ClaimPlan, Plan
 from provisioning.scheduling.verify import verify, withhold
 from provisioning.services import events, launchbatch
 from provisioning.services.connections import get_redis
+from provisioning.services.dispatch import dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -560,8 +561,7 @@ def expire_unregistered(timeout_seconds: float | None = None, cloud=None) -> lis
 def relaunch_stuck(stuck_seconds: float | None = None) -> list[int]:
     """Claims left in LAUNCHING by a worker that died: back to PENDING, to launch again; a
     batch's claims as their batch, whose token finds what the dead worker launched."""
-    from provisioning.tasks import launch_nodeclaim, launch_nodeclaims
-
+    jobs = dispatcher()
     seconds = stuck_seconds if stuck_seconds is not None else settings.KARPWEB_LAUNCH_STUCK_SECONDS
     cutoff = timezone.now() - timedelta(seconds=seconds)
     again = []
@@ -571,10 +571,10 @@ def relaunch_stuck(stuck_seconds: float | None = None) -> list[int]:
             if claim.launch_batch:
                 batches.add(claim.launch_batch)
             else:
-                launch_nodeclaim.delay(claim.pk)
+                jobs.launch_claim(claim.pk)
             again.append(claim.pk)
     for token in sorted(batches):
-        launch_nodeclaims.delay(token)
+        jobs.launch_batch(token)
     return again
 
 
