@@ -183,7 +183,10 @@ def test_insufficient_capacity_on_the_cheapest_offering_falls_back(pipeline, sim
 
 def test_a_worker_killed_mid_launch_leaves_exactly_one_instance_per_claim(pipeline, simulated_aws):
     before = set(_instances(simulated_aws))
-    _submit(deployment("api", 30, cpu="1", memory="2Gi"))
+    # One replica per node (hostname anti-affinity): claims of one shape, launched as a batch.
+    apart = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "api"}}}
+    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
+    _submit(deployment("api", 12, cpu="1", memory="2Gi", affinity=affinity))
     # Kill the worker as soon as any claim is being launched.
     wait_for(
         lambda: NodeClaim.objects.filter(state__in=[NodeClaim.State.LAUNCHING, NodeClaim.State.LAUNCHED]).exists(),

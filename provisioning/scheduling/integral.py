@@ -281,6 +281,9 @@ class _Problem:
         self.h.setOptionValue("mip_rel_gap", MIP_GAP)
         self.h.setOptionValue("time_limit", max(0.05, deadline - time.perf_counter()))
         if rounded is not None:
+            # HiGHS's presolve drops dominated columns, and a start that uses one then counts
+            # it at zero: the MIP took an infeasible start for its incumbent and stopped there.
+            self.h.setOptionValue("presolve", "off")
             start = highspy.HighsSolution()  # feasible without limits
             start.col_value = list(rounded.astype(float))
             start.value_valid = True

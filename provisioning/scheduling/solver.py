@@ -82,16 +82,16 @@ class _Run:
         strategy: str,
         deadline: float,
         clock: Callable[[], float],
-        avoid: Mapping[str, frozenset[str]] | None = None,
+        avoid: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.strategy = strategy
         self.deadline = deadline
         self.clock = clock
-        # Pod key → NodePools it may not open a claim in (their limits left a claim of it
-        # short of minValues in an earlier run: upstream tries the next NodePool then).
-        self.avoid: Mapping[str, frozenset[str]] = avoid or {}
-        self.left_out: dict[str, str] = {}  # pod key → NodePool whose claim ``plan`` left out
+        # Pod key → NodePools it may not open a claim in, each with why: an earlier run's claim
+        # of it there was left out for minValues (upstream tries the next NodePool then).
+        self.avoid: Mapping[str, Mapping[str, str]] = avoid or {}
+        self.left_out: dict[str, tuple[str, str]] = {}  # pod key → (NodePool, why) of claims ``plan`` left out
         extended = sorted({r for p in snapshot.pods for r in p.requests} - set(BASE_RESOURCES))
         self.resources = BASE_RESOURCES + tuple(extended)
         daemons = [_daemon(d) for d in snapshot.daemonsets]
@@ -270,7 +270,7 @@ class _Run:
     def run(self) -> None:
         groups: dict[object, list[Pod]] = {}
         for pod in self.snapshot.pods:
-            groups.setdefault((pod.shape_key, self.avoid.get(pod.key)), []).append(pod)
+            groups.setdefault((pod.shape_key, tuple(self.avoid.get(pod.key, ()))), []).append(pod)
         order = sorted(groups.values(), key=_queue_order)
         if self.strategy == PACKED:
             order = self._pack_plain(order)
@@ -1011,6 +1011,9 @@ class _Run:
         return "; ".join(reasons)
 
     def _why_not(self, pod: Pod, variant: Variant, model: PoolModel, vector: np.ndarray) -> str:
+        avoided = self.avoid.get(pod.key, {}).get(model.name)
+        if avoided is not None:
+            return avoided
         taint = untolerated(self._tolerations(pod, variant), model.taints)
         if taint is not None:
             return f"the pod does not tolerate taint {taint}"
@@ -1098,8 +1101,8 @@ class _Run:
             finished = self._finish(b)
             if isinstance(finished, str):  # its cheapest options do not meet minValues (Strict)
                 for pod in b.pods:
-                    self.left_out[pod.key] = b.pool.name  # type: ignore[union-attr]
-                    unschedulable[pod.key] = finished
+                    self.left_out[pod.key] = (b.pool.name, finished)  # type: ignore[union-attr]
+                    unschedulable[pod.key] = f"NodePool {b.pool.name}: {finished}"  # type: ignore[union-attr]
                 continue
             claims.append(finished)
         claims = self._within_limits(claims, unschedulable)
@@ -1158,12 +1161,13 @@ class _Run:
                         if requirements.min_values_prefix(labels) is None:
                             if not self.best_effort:
                                 unmet = requirements.min_values_satisfied(labels)
+                                why = (
+                                    f"the instance types that stay within its limits ({_limits(model)}) do not "
+                                    f"meet minValues: {unmet.message if unmet else ''}"
+                                )
                                 for pod in claim.pods:
-                                    self.left_out[pod] = model.name
-                                    unschedulable[pod] = (
-                                        f"NodePool {model.name}: the instance types that stay within its limits "
-                                        f"({_limits(model)}) do not meet minValues: {unmet.message if unmet else ''}"
-                                    )
+                                    self.left_out[pod] = (model.name, why)
+                                    unschedulable[pod] = f"NodePool {model.name}: {why}"
                                 out[i] = None
                                 continue
                             requirements = _lowered(requirements, labels)
@@ -1204,8 +1208,8 @@ class _Run:
                     unmet = requirements.min_values_satisfied(labels)
                     detail = unmet.message if unmet is not None else "minValues"
                     return (
-                        f"NodePool {model.name} could not meet minValues with its {len(options)} cheapest "
-                        f"instance types (at most {limit} are launched with): {detail}"
+                        f"its {len(options)} cheapest instance types (at most {limit} are launched with) do not "
+                        f"meet minValues: {detail}"
                     )
                 requirements = _lowered(requirements, labels)
                 relaxed = True
@@ -1253,14 +1257,14 @@ def solve(snapshot: Snapshot, clock: Callable[[], float] = time.perf_counter) ->
     assert best is not None
     # Only the winner is turned into a plan (options, explanations): the rest is thrown away.
     plan = best.plan(clock() - start)
-    avoid: dict[str, frozenset[str]] = {}
+    avoid: dict[str, dict[str, str]] = {}
     while best.left_out and clock() <= deadline:
         # Claims left out for minValues (Strict: their launchable or within-limits options
         # miss one) were counted in the topology their pods' neighbours were placed by. Their
         # pods are planned again away from that NodePool, as upstream's scheduler moves on to
         # the next NodeClaim template. Each round bars more, so this ends.
-        for key, pool in best.left_out.items():
-            avoid[key] = avoid.get(key, frozenset()) | {pool}
+        for key, (pool, why) in best.left_out.items():
+            avoid[key] = {**avoid.get(key, {}), pool: why}
         best = _Run(snapshot, best.strategy, deadline, clock, avoid)
         best.run()
         plan = best.plan(clock() - start)
