@@ -396,3 +396,26 @@ class Disruption(MovesByState, models.Model):
 
     def __str__(self) -> str:
         return f"{self.reason} {', '.join(self.nodes)}"
+
+
+class ClusterPDB(models.Model):
+    """A policy/v1 PodDisruptionBudget of the simulated cluster (``manage.py sim apply``):
+    ``manifest`` as applied; its status is computed from the pods whenever it is read."""
+
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    manifest = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="cluster_pdb_unique_name")]
+        ordering = ["namespace", "name"]
+        verbose_name = "PodDisruptionBudget"
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"

@@ -5,12 +5,17 @@ them (``<workload>-<i>``). A simulated kubelet turns launched NodeClaims into Re
 after a delay, and a simulated scheduler binds pending pods to Ready nodes that fit them,
 through THE solver with no NodePool (so only existing nodes count), never a second copy of
 its rules.
+
+PodDisruptionBudgets (policy/v1) applied the same way are rows too (``ClusterPDB``); their
+status is computed from the pods whenever it is read, as the disruption controller writes
+it, and ``evict`` refuses what the Eviction API would refuse.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -19,8 +24,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from provisioning.cluster.base import Event, Manifest, ObjectEvent
-from provisioning.models import ClusterNode, ClusterPod, NodeClaim
+from provisioning.disruption.eviction import Budget, budget_from_manifest
+from provisioning.models import ClusterNode, ClusterPDB, ClusterPod, NodeClaim
 from provisioning.scheduling.instancetypes import InstanceType
+from provisioning.scheduling.labelselector import LabelSelector
+from provisioning.scheduling.manifestfields import PodError
+from provisioning.scheduling.pods import Pod
 from provisioning.scheduling.snapshot import Snapshot
 from provisioning.scheduling.workloads import REPLICATED_KINDS, expand_all
 
@@ -45,7 +54,7 @@ class SimulatedCluster:
         return []
 
     def pdbs(self) -> list[Manifest]:
-        return []
+        return budget_manifests()
 
     def create_nodeclaim(self, manifest: Manifest) -> None:
         """The NodeClaim row is the record here; nothing else to create."""
@@ -65,10 +74,22 @@ class SimulatedCluster:
         self._edit(node, add)
 
     def evict(self, namespace: str, name: str) -> bool:
-        """The workload's controller recreates an evicted pod: it is pending again."""
-        ClusterPod.objects.filter(namespace=namespace, name=name).update(
-            phase=ClusterPod.Phase.PENDING, node_name="", nominated="", bound_at=None
-        )
+        """The Eviction API: False (its 429) when the pod's PodDisruptionBudget allows no
+        disruption now, or when more than one selects it; otherwise the pod goes, and the
+        workload's controller recreates it: it is pending again. A pod that is not running
+        goes without asking; one that is not Ready goes when its budget has
+        ``unhealthyPodEvictionPolicy: AlwaysAllow`` or (the default, IfHealthyBudget) holds
+        its desired healthy pods. The budgets are locked while deciding, so two evictions
+        against one budget are decided one after the other."""
+        with transaction.atomic():
+            row = ClusterPod.objects.select_for_update().filter(namespace=namespace, name=name).first()
+            if row is None:
+                return True  # already gone, as the API's 404: nothing is left to evict
+            if row.node_name and row.phase == ClusterPod.Phase.RUNNING and _eviction_refused(row):
+                return False
+            ClusterPod.objects.filter(pk=row.pk).update(
+                phase=ClusterPod.Phase.PENDING, node_name="", nominated="", bound_at=None
+            )
         return True
 
     def record_event(self, event: ObjectEvent) -> None:
@@ -287,6 +308,213 @@ def scale(namespace: str, kind: str, name: str, template: Manifest, replicas: in
 def _touch(node_name: str) -> None:
     if node_name:
         ClusterNode.objects.filter(name=node_name).update(last_pod_change_at=timezone.now())
+
+
+# ------------------------------------------------------------------ PodDisruptionBudgets
+
+PDB_KIND = "PodDisruptionBudget"
+PDB_API_VERSION = "policy/v1"
+UNHEALTHY_POD_EVICTION_POLICIES = ("IfHealthyBudget", "AlwaysAllow")
+_PERCENT = re.compile(r"(0|[1-9][0-9]*)%")
+_SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink")
+
+
+def budget_documents(documents: Sequence[Any]) -> list[Manifest]:
+    """The PodDisruptionBudgets of ``documents``, validated and as they are stored (namespace
+    set, no status or server fields). Raises :class:`SubmitError` naming the document and
+    the field."""
+    return [_valid_budget(d) for d in documents if isinstance(d, dict) and d.get("kind") == PDB_KIND]
+
+
+def _valid_budget(document: Manifest) -> Manifest:
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict):
+        raise SubmitError(f"{PDB_KIND}: metadata: must be an object with a name")
+    name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
+    if not isinstance(name, str) or not name:
+        raise SubmitError(f"{PDB_KIND}: metadata.name: is required")
+    if not isinstance(namespace, str):
+        raise SubmitError(f"{PDB_KIND} {name}: metadata.namespace: must be a string")
+    where = f"{PDB_KIND} {namespace}/{name}"
+
+    def invalid(path: str, message: str) -> SubmitError:
+        return SubmitError(f"{where}: {path}: {message}")
+
+    api_version = document.get("apiVersion")
+    if api_version is not None and api_version != PDB_API_VERSION:
+        raise invalid("apiVersion", f"must be {PDB_API_VERSION}, not {api_version!r}")
+    spec = document.get("spec")
+    if not isinstance(spec, dict):
+        raise invalid("spec", "is required: an object with selector and minAvailable or maxUnavailable")
+    try:
+        LabelSelector.from_manifest(spec.get("selector"), "spec.selector")
+    except PodError as exc:
+        raise SubmitError(f"{where}: {exc}") from None
+    given = [key for key in ("minAvailable", "maxUnavailable") if spec.get(key) is not None]
+    if len(given) != 1:
+        both = "both are given" if given else "neither is given"
+        raise invalid("spec", f"needs exactly one of minAvailable and maxUnavailable; {both}")
+    value = spec[given[0]]
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise invalid(f"spec.{given[0]}", f'must be an integer ≥ 0 or a percent such as "50%", not {value!r}')
+    if isinstance(value, int) and value < 0:
+        raise invalid(f"spec.{given[0]}", f"must be ≥ 0, not {value}")
+    if isinstance(value, str) and (not _PERCENT.fullmatch(value) or int(value[:-1]) > 100):
+        raise invalid(f"spec.{given[0]}", f'must be an integer or a percent from "0%" to "100%", not {value!r}')
+    policy = spec.get("unhealthyPodEvictionPolicy")
+    if policy is not None and policy not in UNHEALTHY_POD_EVICTION_POLICIES:
+        choices = " or ".join(UNHEALTHY_POD_EVICTION_POLICIES)
+        raise invalid("spec.unhealthyPodEvictionPolicy", f"must be {choices}, not {policy!r}")
+    kept = {k: copy.deepcopy(v) for k, v in metadata.items() if k not in _SERVER_METADATA}
+    kept["namespace"] = namespace
+    return {"apiVersion": PDB_API_VERSION, "kind": PDB_KIND, "metadata": kept, "spec": copy.deepcopy(spec)}
+
+
+def apply_budgets(manifests: Sequence[Manifest]) -> list[tuple[str, str]]:
+    """Store validated budgets; returns (``ns/name``, created | configured | unchanged)."""
+    results = []
+    for manifest in manifests:
+        meta = manifest["metadata"]
+        row, created = ClusterPDB.objects.get_or_create(
+            namespace=meta["namespace"], name=meta["name"], defaults={"manifest": manifest}
+        )
+        if created:
+            results.append((row.key, "created"))
+        elif row.manifest == manifest:
+            results.append((row.key, "unchanged"))
+        else:
+            ClusterPDB.objects.filter(pk=row.pk).update(manifest=manifest)
+            results.append((row.key, "configured"))
+    return results
+
+
+def delete_budgets(manifests: Sequence[Manifest]) -> list[str]:
+    """Delete the budgets named; returns the keys of those that existed."""
+    deleted = []
+    for manifest in manifests:
+        meta = manifest["metadata"]
+        if ClusterPDB.objects.filter(namespace=meta["namespace"], name=meta["name"]).delete()[0]:
+            deleted.append(f"{meta['namespace']}/{meta['name']}")
+    return deleted
+
+
+def budget_manifests() -> list[Manifest]:
+    """Every stored budget as the API shows it, with the status computed now."""
+    rows = list(ClusterPDB.objects.all())
+    if not rows:
+        return []
+    pods = _budget_pods({row.namespace for row in rows})
+    return [_with_status(row, pods) for row in rows]
+
+
+def budget_status(manifest: Manifest, pods: Sequence[Pod]) -> Manifest:
+    """The status the disruption controller writes for a policy/v1 budget over ``pods``:
+    the pods it selects are expected, the Ready ones healthy; a percent is of the expected
+    pods, rounded up; no disruption is allowed while no pod is expected. A null selector
+    selects no pod, an empty one every pod of the namespace."""
+    spec = manifest.get("spec") or {}
+    budget = budget_from_manifest({k: v for k, v in manifest.items() if k != "status"}, pods)
+    selected = [p for p in pods if budget.selects(p)]
+    expected = len(selected)
+    healthy = sum(1 for p in selected if p.ready)
+    if spec.get("maxUnavailable") is not None:
+        desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
+    else:
+        desired = _scaled(spec.get("minAvailable"), expected)
+    # budget_from_manifest counts what maxUnavailable leaves over the expected pods too:
+    # the controller allows no more than the healthy pods, and nothing with none expected.
+    allowed = min(budget.disruptions_allowed, healthy) if expected else 0
+    return {
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "disruptionsAllowed": allowed,
+        "expectedPods": expected,
+        "conditions": [
+            {
+                "type": "DisruptionAllowed",
+                "status": "True" if allowed else "False",
+                "reason": "SufficientPods" if allowed else "InsufficientPods",
+            }
+        ],
+    }
+
+
+def _scaled(value: Any, total: int) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        return -(-int(value[:-1]) * total // 100)  # rounded up
+    return int(value or 0)
+
+
+def _with_status(row: ClusterPDB, pods: Sequence[Pod]) -> Manifest:
+    manifest = copy.deepcopy(row.manifest)
+    metadata = manifest.setdefault("metadata", {})
+    metadata.update(namespace=row.namespace, name=row.name, uid=str(row.uid))
+    metadata.setdefault("creationTimestamp", row.created_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    manifest["status"] = budget_status(manifest, pods)
+    return manifest
+
+
+def _budget_pods(namespaces: set[str]) -> list[Pod]:
+    """The pods of ``namespaces`` as budgets count them: a pod bound to a Ready node and
+    running is Ready; a pending one, or one on a node that is not Ready, is not."""
+    not_ready = set(ClusterNode.objects.filter(ready=False).values_list("name", flat=True))
+    rows = ClusterPod.objects.filter(namespace__in=namespaces).only(
+        "namespace", "name", "manifest", "node_name", "phase"
+    )
+    return [_budget_pod(row, not_ready) for row in rows]
+
+
+def _budget_pod(row: ClusterPod, not_ready: set[str]) -> Pod:
+    labels = (row.manifest.get("metadata") or {}).get("labels") or {}
+    running = bool(row.node_name) and row.phase == ClusterPod.Phase.RUNNING
+    return Pod(
+        namespace=row.namespace,
+        name=row.name,
+        labels=labels,
+        node_name=row.node_name or None,
+        phase=row.phase,
+        ready=running and row.node_name not in not_ready,
+    )
+
+
+def _eviction_refused(row: ClusterPod) -> bool:
+    """Would the Eviction API refuse to evict this running pod now (its 429)? Logs why.
+    Called in a transaction: the budgets of its namespace are locked."""
+    rows = list(ClusterPDB.objects.select_for_update().filter(namespace=row.namespace))
+    if not rows:
+        return False
+    pods = _budget_pods({row.namespace})
+    pod = next((p for p in pods if p.name == row.name), None)
+    if pod is None:
+        return False
+    budgets: list[tuple[Budget, Manifest]] = []
+    for pdb in rows:
+        status = budget_status(pdb.manifest, pods)
+        budget = budget_from_manifest({**pdb.manifest, "status": status})
+        if budget.selects(pod):
+            budgets.append((budget, status))
+    if len(budgets) > 1:
+        names = ", ".join(b.key for b, _ in budgets)
+        log.warning("eviction of pod %s refused: more than one PodDisruptionBudget selects it (%s)", row.key, names)
+        return True
+    if not budgets:
+        return False
+    budget, status = budgets[0]
+    if not pod.ready:
+        if budget.always_evict_unhealthy:
+            return False  # AlwaysAllow: an unhealthy pod goes and takes nothing from the budget
+        if status["currentHealthy"] >= status["desiredHealthy"] > 0:
+            return False  # IfHealthyBudget: the budget holds without it
+    if status["disruptionsAllowed"] > 0:
+        return False
+    log.info(
+        "eviction of pod %s refused: it would violate PodDisruptionBudget %s (%d healthy, %d desired)",
+        row.key,
+        budget.key,
+        status["currentHealthy"],
+        status["desiredHealthy"],
+    )
+    return True
 
 
 # ------------------------------------------------------------------ kubelet and scheduler

@@ -1,5 +1,7 @@
 """The demo workload of the simulated cluster: a few Deployments whose replicas follow
-slow waves, so a newcomer's ``make run`` shows launches, consolidation and spend moving."""
+slow waves, so a newcomer's ``make run`` shows launches, consolidation and spend moving;
+and a PodDisruptionBudget on ``web`` (one pod unavailable at a time), so a drain of its
+nodes waits for each evicted pod to run again."""
 
 from __future__ import annotations
 
@@ -16,6 +18,12 @@ DEPLOYMENTS = (
     ("batch", "2", "2Gi", 3, 3, 120, 4.5),
 )
 NAMESPACE = "demo"
+BUDGET = {
+    "apiVersion": "policy/v1",
+    "kind": "PodDisruptionBudget",
+    "metadata": {"name": "web", "namespace": NAMESPACE},
+    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+}
 
 
 def replicas_at(now: float) -> dict[str, int]:
@@ -39,3 +47,8 @@ def step(now: float | None = None) -> dict[str, int]:
         }
         simulated.scale(NAMESPACE, "Deployment", name, template, wanted[name])
     return wanted
+
+
+def seed_budget() -> list[tuple[str, str]]:
+    """Store the demo PodDisruptionBudget (as ``sim apply`` would)."""
+    return simulated.apply_budgets(simulated.budget_documents([BUDGET]))

@@ -35,7 +35,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from provisioning.cluster.base import Cluster, ObjectEvent
-from provisioning.cluster.simulated import node_manifest, pod_manifest
+from provisioning.cluster.simulated import budget_manifests, node_manifest, pod_manifest
 from provisioning.models import ClusterNode, ClusterPod, Decision, EC2NodeClass, NodeClaim, NodePool
 from provisioning.observability.metrics import (
     BATCH_WINDOW,
@@ -405,6 +405,8 @@ def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
         manifest = pod_manifest(pod)
         manifest["spec"]["nodeName"] = node_of.get(pod.nominated, pod.nominated)
         documents.append(manifest)
+    # The simulated cluster's PodDisruptionBudgets, with their status now (none stored for a real cluster).
+    documents += budget_manifests()
     return documents, seen
 
 

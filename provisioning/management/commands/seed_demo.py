@@ -1,20 +1,26 @@
-"""``manage.py seed_demo``: the demo policies for an empty platform (``make run`` only)."""
+"""``manage.py seed_demo``: the demo policies for an empty platform (``make run`` only), and
+the demo PodDisruptionBudget when the cluster is the simulated one."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from provisioning.crd.manifest import load_documents
 from provisioning.models import AuditEntry, EC2NodeClass, NodePool
+from provisioning.services import demo
 from provisioning.services.policy import apply_manifest
 
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "policies.yaml"
 
 
 class Command(BaseCommand):
-    help = "Seed the demo EC2NodeClass and NodePool into a platform that has never had policies."
+    help = (
+        "Seed the demo EC2NodeClass and NodePool (and the simulated cluster's demo PodDisruptionBudget) "
+        "into a platform that has never had policies."
+    )
 
     def handle(self, *args, **options):
         # A platform with any policy history is left alone: deleting the demo sticks.
@@ -23,3 +29,6 @@ class Command(BaseCommand):
         for doc in load_documents(DEMO.read_bytes(), source=str(DEMO)):
             applied = apply_manifest(doc, source="system", actor="demo")
             self.stdout.write(f"Seeded demo {doc['kind']} {applied.obj.name}")
+        if settings.KARPWEB_CLUSTER == "simulated":
+            for key, _ in demo.seed_budget():
+                self.stdout.write(f"Seeded demo PodDisruptionBudget {key}")

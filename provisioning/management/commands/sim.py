@@ -2,9 +2,11 @@
 
     manage.py sim apply -f app.yaml        submit workloads (pods go pending; the pipeline takes them)
     manage.py sim delete -f app.yaml       delete their pods
-    manage.py sim status --format json     pods (phase, node) and nodes (type, price, ready)
+    manage.py sim status --format json     pods (phase, node), nodes (type, price, ready) and
+                                           PodDisruptionBudgets (with their computed status)
 
-NodePool and EC2NodeClass documents in the file are applied as policies (THE validator).
+NodePool and EC2NodeClass documents in the file are applied as policies (THE validator);
+PodDisruptionBudget (policy/v1) documents are stored, and deleted by ``sim delete``.
 Exit 2 on invalid input, naming the document and the field.
 """
 
@@ -23,6 +25,7 @@ from provisioning.models import ClusterNode, ClusterPod, NodeClaim
 from provisioning.services import policy
 
 EXIT_INVALID = 2
+PDB_STATUS = ("expectedPods", "currentHealthy", "desiredHealthy", "disruptionsAllowed")
 
 
 class Command(BaseCommand):
@@ -33,7 +36,7 @@ class Command(BaseCommand):
         for action in ("apply", "delete"):
             p = sub.add_parser(action, help=f"{action} the workloads of the files")
             p.add_argument("-f", "--filename", action="append", required=True, help="manifest file, or -")
-        status = sub.add_parser("status", help="pods and nodes of the simulated cluster")
+        status = sub.add_parser("status", help="pods, nodes and PodDisruptionBudgets of the simulated cluster")
         status.add_argument("--format", choices=("json", "table"), default="table")
 
     def handle(self, *args, action: str, **options):
@@ -43,17 +46,22 @@ class Command(BaseCommand):
         documents = self._read(options["filename"])
         try:
             pods, notes = simulated.workload_pods(documents)
+            budgets = simulated.budget_documents(documents)
         except simulated.SubmitError as exc:
             self._invalid(str(exc))
         for note in notes:
             self.stderr.write(note)
         if action == "apply":
             self._apply_policies(documents)
+            for key, result in simulated.apply_budgets(budgets):
+                self.stdout.write(f"poddisruptionbudget {key} {result}")
             created = simulated.apply_pods(pods)
             if created:
                 self._wake_pipeline()
             self.stdout.write(f"{len(created)} pods created, {len(pods) - len(created)} unchanged")
         else:
+            for key in simulated.delete_budgets(budgets):
+                self.stdout.write(f"poddisruptionbudget {key} deleted")
             self.stdout.write(f"{simulated.delete_pods(pods)} pods deleted")
 
     def _wake_pipeline(self) -> None:
@@ -101,8 +109,18 @@ class Command(BaseCommand):
                     "ready": n.ready,
                 }
             )
+        pdbs = []
+        for budget in simulated.budget_manifests():
+            meta, spec, status = budget["metadata"], budget["spec"], budget["status"]
+            pdbs.append(
+                {
+                    "name": f"{meta['namespace']}/{meta['name']}",
+                    **{k: spec[k] for k in ("minAvailable", "maxUnavailable") if spec.get(k) is not None},
+                    **{k: status[k] for k in PDB_STATUS},
+                }
+            )
         if format == "json":
-            self.stdout.write(json.dumps({"pods": pods, "nodes": nodes}, indent=2))
+            self.stdout.write(json.dumps({"pods": pods, "nodes": nodes, "pdbs": pdbs}, indent=2))
             return
         bound = sum(1 for p in pods if p["node"])
         self.stdout.write(f"pods: {len(pods)} ({bound} bound, {len(pods) - bound} pending)")
@@ -110,6 +128,13 @@ class Command(BaseCommand):
             price = f"${n['pricePerHour']:.4f}/h" if n["pricePerHour"] is not None else "-"
             ready = "Ready" if n["ready"] else "NotReady"
             self.stdout.write(f"  {n['name']}  {n['instanceType']}  {n['capacityType']}  {n['zone']}  {price}  {ready}")
+        if pdbs:
+            self.stdout.write(f"poddisruptionbudgets: {len(pdbs)}")
+        for b in pdbs:
+            self.stdout.write(
+                f"  {b['name']}  {b['disruptionsAllowed']} allowed  "
+                f"({b['currentHealthy']} healthy of {b['expectedPods']}, {b['desiredHealthy']} desired)"
+            )
 
     def _invalid(self, message: str) -> NoReturn:
         self.stderr.write(f"invalid input: {message}")

@@ -3,9 +3,11 @@ consolidation candidate; and the log of disruptions."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from provisioning.cluster.simulated import budget_manifests
 from provisioning.models import ClusterNode, NodeClaim, NodePool
 from provisioning.services import inventory
 from provisioning.ui.access import VIEWER, role_required
@@ -58,4 +60,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(VIEWER)
 def disruption_list(request: HttpRequest) -> HttpResponse:
     page = paginate(request, inventory.disruptions(), 50)
-    return render(request, "provisioning/nodes/disruptions.html", {"page": page})
+    # The simulated cluster's PodDisruptionBudgets, which drains wait for (a real cluster's
+    # are not listed here: that would ask its API on every view).
+    budgets = budget_manifests() if settings.KARPWEB_CLUSTER == "simulated" else []
+    return render(request, "provisioning/nodes/disruptions.html", {"page": page, "budgets": budgets})
