@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils import timezone
 
 from provisioning import crd
 from provisioning.fields import LargeJSONField
@@ -388,7 +389,11 @@ class Disruption(MovesByState, models.Model):
     explanation = models.TextField(blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PLANNED, db_index=True)
     message = models.TextField(blank=True)
-    planned_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # The round's clock, which the re-check 15 s later is measured against.
+    planned_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # When its nodes began to drain: the terminationGracePeriod counts from here, as upstream
+    # counts it from the NodeClaim's deletion (after the re-check and the replacements).
+    drain_started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

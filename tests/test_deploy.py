@@ -438,6 +438,7 @@ def test_the_cluster_role_grants_exactly_what_the_code_calls(docs):
 CLIENT_CALLS: dict[str, dict[tuple[str, str], set[str]] | str] = {
     "list_pod_for_all_namespaces": {("", "pods"): {"list", "watch"}},
     "create_namespaced_pod_eviction": {("", "pods/eviction"): {"create"}},
+    "delete_namespaced_pod": {("", "pods"): {"delete"}},
     "list_node": {("", "nodes"): {"list", "watch"}},
     "read_node": {("", "nodes"): {"get"}},
     "patch_node": {("", "nodes"): {"patch"}},

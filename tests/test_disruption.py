@@ -508,9 +508,9 @@ def test_expiration_is_forceful_even_with_a_zero_budget_and_do_not_disrupt():
         (),
     )
     assert command.explanation == (
-        "node old expired: created 2h ago, NodePool general has expireAfter 1h; deleted now without a replacement "
-        f"first (expiration is forceful: budgets and do-not-disrupt do not apply); {DO_NOT_DISRUPT} does not stop "
-        "it; its 1 pod will be provisioned anew"
+        "node old expired: created 2h ago, with expireAfter 1h; deleted now without waiting for a replacement "
+        f"(expiration is forceful: budgets and a node's do-not-disrupt do not apply); {DO_NOT_DISRUPT}: the drain "
+        "waits for it until it gives way; its 1 pod will be provisioned anew"
     )
     assert "young" in result.not_candidates
 

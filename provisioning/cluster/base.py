@@ -118,8 +118,14 @@ class Cluster(Protocol):
     def taint(self, node: str, taint: Manifest) -> None:
         """Add ``taint`` unless the node has it already."""
 
+    def untaint(self, node: str, taint: Manifest) -> None:
+        """Remove the taint with ``taint``'s key and effect, if the node has it."""
+
     def evict(self, namespace: str, name: str) -> bool:
         """Evict through the Eviction API; False when a PodDisruptionBudget refuses (429)."""
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete the pod, whatever guards its eviction (a drain past its grace period)."""
 
     def delete_node(self, node: str) -> None: ...
 

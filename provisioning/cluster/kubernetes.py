@@ -88,7 +88,7 @@ WATCHABLE = {r.kind: r for r in (POD, NODE, *CUSTOM.values())}
 # tests/test_deploy.py checks both that and that every client call below is accounted for here.
 POLICY_VERBS = frozenset({"get", "list", "watch", "create", "update", "delete"})
 API_ACCESS: dict[tuple[str, str], frozenset[str]] = {
-    ("", "pods"): frozenset({"list", "watch"}),
+    ("", "pods"): frozenset({"list", "watch", "delete"}),
     ("", "pods/eviction"): frozenset({"create"}),
     ("", "nodes"): frozenset({"get", "list", "watch", "patch", "delete"}),
     ("apps", "daemonsets"): frozenset({"list"}),
@@ -374,6 +374,29 @@ class KubernetesCluster:
             if self._send(what, self.core.patch_node, node, patch, ok={409}).status != 409:
                 return
         raise ClusterError(f"{what} failed: the Node changed under {TAINT_ATTEMPTS} attempts in a row")
+
+    def untaint(self, node: str, taint: Manifest) -> None:
+        """Remove the taint with ``taint``'s key and effect, guarded by the resourceVersion
+        read, as :meth:`taint` adds one."""
+        what = f"remove {_show_taint(taint)} from Node {node}"
+        for _ in range(TAINT_ATTEMPTS):
+            current = self._send(f"read Node {node}", self.core.read_node, node, ok={404})
+            if current.status == 404:
+                return
+            taints = (current.body.get("spec") or {}).get("taints") or []
+            kept = [existing for existing in taints if not _same_taint(existing, taint)]
+            if len(kept) == len(taints):
+                return
+            patch: Manifest = {"spec": {"taints": kept}}
+            version = (current.body.get("metadata") or {}).get("resourceVersion")
+            if version:
+                patch["metadata"] = {"resourceVersion": version}
+            if self._send(what, self.core.patch_node, node, patch, ok={409}).status != 409:
+                return
+        raise ClusterError(f"{what} failed: the Node changed under {TAINT_ATTEMPTS} attempts in a row")
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self._send(f"delete Pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace, ok={404})
 
     def evict(self, namespace: str, name: str) -> bool:
         """Ask the Eviction API to evict the pod: True once it is evicted (or already gone),

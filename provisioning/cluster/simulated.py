@@ -73,6 +73,21 @@ class SimulatedCluster:
 
         self._edit(node, add)
 
+    def untaint(self, node: str, taint: Manifest) -> None:
+        def remove(manifest: Manifest) -> None:
+            spec = manifest.setdefault("spec", {})
+            gone = (taint["key"], taint["effect"])
+            spec["taints"] = [t for t in spec.get("taints") or [] if (t.get("key"), t.get("effect")) != gone]
+            spec.pop("unschedulable", None)
+
+        self._edit(node, remove)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Deleted whatever guards its eviction; its controller recreates it, pending."""
+        ClusterPod.objects.filter(namespace=namespace, name=name).update(
+            phase=ClusterPod.Phase.PENDING, node_name="", nominated="", bound_at=None
+        )
+
     def evict(self, namespace: str, name: str) -> bool:
         """The Eviction API: False (its 429) when the pod's PodDisruptionBudget allows no
         disruption now, or when more than one selects it; otherwise the pod goes, and the

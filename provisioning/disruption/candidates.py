@@ -44,8 +44,15 @@ def interleave_pools(candidates: Sequence[Candidate]) -> list[Candidate]:
     return out
 
 
+def expire_after(candidate: Candidate, policy: PoolPolicy) -> float | None:
+    """The claim's own expireAfter when it recorded one, else its NodePool's."""
+    own = candidate.expire_after_seconds
+    return policy.expire_after_seconds if isinstance(own, str) else own
+
+
 def expired(candidate: Candidate, policy: PoolPolicy, now: float) -> bool:
-    return policy.expire_after_seconds is not None and now >= candidate.created_at + policy.expire_after_seconds
+    after = expire_after(candidate, policy)
+    return after is not None and now >= candidate.created_at + after
 
 
 def consolidation_wait(candidate: Candidate, policy: PoolPolicy, now: float) -> float | None:

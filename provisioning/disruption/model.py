@@ -157,6 +157,10 @@ class Candidate:
     blocked_by: str | None = None
     disrupting: bool = False
     blocked_by_pods_only: bool = False
+    ready: bool = True  # a NotReady node uses up its pool's budget, as a disrupting one does
+    # The NodeClaim's own expireAfter (seconds, None for Never), fixed when it was created, so
+    # shortening the NodePool's does not expire old nodes at once; "pool" when it has none.
+    expire_after_seconds: float | None | str = "pool"
 
     @property
     def empty(self) -> bool:

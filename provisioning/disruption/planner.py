@@ -24,6 +24,7 @@ from provisioning.disruption.balanced import balanced_refusal
 from provisioning.disruption.candidates import (
     consolidation_order,
     describe_pods,
+    expire_after,
     expired,
     interleave_pools,
     not_consolidatable,
@@ -55,21 +56,23 @@ def plan(
     *,
     spot_to_spot: bool = False,
     solve: Solve | None = None,
+    voluntary: bool = True,
 ) -> DisruptionPlan:
     """Plan this round's disruptions.
 
     ``candidates`` are the Karpenter-managed nodes (those already disrupting included: they use
     up budgets, and their pods need a home in every simulation). ``cluster`` is the whole
     cluster as a solver snapshot: every node that can take pods (in-flight NodeClaims included)
-    with the pods bound to it, the NodePools with their instance types, the DaemonSets; no
-    pending pods. ``spot_to_spot`` is upstream's SpotToSpotConsolidation feature gate.
-    ``solve`` defaults to THE solver.
+    with the pods bound to it, the NodePools with their instance types, the DaemonSets, and
+    the pending pods (they join every simulation). ``spot_to_spot`` is upstream's
+    SpotToSpotConsolidation feature gate. ``solve`` defaults to THE solver. ``voluntary``
+    False: expiration only (a voluntary command is still in progress).
     """
     if solve is None:
         from provisioning.scheduling.solver import solve as solve_snapshot
 
         solve = solve_snapshot
-    return _Round(candidates, policies, cluster, now, spot_to_spot, solve).run()
+    return _Round(candidates, policies, cluster, now, spot_to_spot, solve).run(voluntary)
 
 
 class _Budget:
@@ -122,9 +125,12 @@ class _Round:
         self.why_not: dict[str, str] = {}
         self.final_notes: set[str] = set()
         self.uninitialized = frozenset(c.name for c in candidates if not c.initialized)
-        # Budgets count the pool's initialized nodes, and the ones already going away use them up.
+        # Budgets count the pool's initialized nodes; those NotReady or already going away use
+        # them up (upstream's BuildDisruptionBudgetMapping).
         self.node_count = Counter(c.nodepool for c in candidates if c.initialized)
-        self.disrupting_count = Counter(c.nodepool for c in candidates if c.disrupting)
+        self.disrupting_count = Counter(
+            c.nodepool for c in candidates if c.initialized and (c.disrupting or not c.ready)
+        )
         self.leaving = [c for c in candidates if c.disrupting]
         self.pool_nodes: dict[str, list[Candidate]] = {}
         for c in candidates:
@@ -141,7 +147,7 @@ class _Round:
 
     # ------------------------------------------------------------------ the round
 
-    def run(self) -> DisruptionPlan:
+    def run(self, voluntary: bool = True) -> DisruptionPlan:
         commands = self._expire()
         expiring = {name for command in commands for name in command.candidates}
         for c in self.candidates:
@@ -149,13 +155,14 @@ class _Round:
                 self.leaving.append(c)
                 self.disrupting_count[c.nodepool] += 1
         open_ = self._open(c for c in self.candidates if c.name not in expiring)
-        winner = ""
-        for label, method in (
+        winner = "" if voluntary else "a disruption in progress"
+        methods = (
             ("emptiness", self._emptiness),
             ("drift", self._drift),
             ("multi-node consolidation", self._multi_node),
             ("single-node consolidation", self._single_node),
-        ):
+        )
+        for label, method in methods if voluntary else ():
             found = method(open_)
             if found:
                 commands += found
@@ -164,6 +171,8 @@ class _Round:
         chosen = {name for command in commands for name in command.candidates}
         left_alone = (
             f"not evaluated this round: {winner} already chose nodes to disrupt; it is looked at again next round"
+            if voluntary and winner
+            else "not evaluated this round: a disruption is in progress; one is carried out at a time"
             if winner
             else "nothing to do: it is not empty, not drifted, and no cheaper arrangement without it was found"
         )
@@ -179,6 +188,9 @@ class _Round:
             elif c.nodepool not in self.policies:
                 self.note(c, f"NodePool {c.nodepool} is not known, so its disruption settings cannot be read")
             else:
+                # Said up front, so a node no method reaches still says what holds it.
+                if c.blocked_by or not c.initialized:
+                    self.note(c, not_consolidatable(c, self.policies[c.nodepool], self.now) or "")
                 out.append(c)
         return out
 
@@ -192,14 +204,16 @@ class _Round:
             if policy is None or c.disrupting or not expired(c, policy, self.now):
                 continue
             text = (
-                f"node {c.name} expired: created {duration(self.now - c.created_at)} ago, NodePool {policy.name} "
-                f"has expireAfter {duration(policy.expire_after_seconds or 0)}; deleted now without a replacement "
-                f"first (expiration is forceful: budgets and do-not-disrupt do not apply)"
+                f"node {c.name} expired: created {duration(self.now - c.created_at)} ago, with expireAfter "
+                f"{duration(expire_after(c, policy) or 0)}; deleted now without waiting for a replacement "
+                f"(expiration is forceful: budgets and a node's do-not-disrupt do not apply)"
             )
+            grace = policy.termination_grace_period_seconds
             if c.blocked_by:
-                text += f"; {c.blocked_by} does not stop it"
-            if policy.termination_grace_period_seconds is not None:
-                text += f"; its pods get up to {duration(policy.termination_grace_period_seconds)} to drain"
+                until = "until it gives way" if grace is None else f"for up to terminationGracePeriod {duration(grace)}"
+                text += f"; {c.blocked_by}: the drain waits for it {until}"
+            elif grace is not None:
+                text += f"; its pods get up to {duration(grace)} to drain"
             if c.pods:
                 text += f"; its {describe_pods(c)} will be provisioned anew"
             commands.append(Command(EXPIRED, (c.name,), (), 0.0, text, forceful=True))

@@ -36,29 +36,37 @@ def simulate(
     optimize: bool | None = None,
 ) -> Simulation:
     """Remove ``removed`` (and ``leaving``: nodes already being deleted, whose pods need a home
-    too) and place their pods. Pods of ``removed`` may not land on ``uninitialized`` nodes.
-    ``optimize`` overrides the cluster snapshot's packing choice when given."""
+    too) and place their pods together with the cluster's pending pods, as upstream does, so
+    a move cannot take the room pending pods were about to use. Only the moving pods must
+    all be placed; new NodeClaims the pending pods need count as the move's. Pods of
+    ``removed`` may not land on ``uninitialized`` nodes. ``optimize`` overrides the cluster
+    snapshot's packing choice when given."""
     gone = {c.name for c in removed} | {c.name for c in leaving}
-    moving = [replace(pod, node_name=None) for c in (*removed, *leaving) for pod in c.pods]
+    pending = {pod.key for pod in cluster.pods}  # pods of nodes already leaving may be among them
+    moving = [
+        replace(pod, node_name=None) for c in (*removed, *leaving) for pod in c.pods if pod.key not in pending
+    ]
     staying = tuple(node for node in cluster.nodes if node.name not in gone)
     released = _released_capacity((*removed, *leaving), {n.name: n for n in cluster.nodes})
     snapshot = replace(
         cluster,
-        pods=tuple(moving),
+        pods=(*cluster.pods, *moving),
         nodes=staying,
         nodepools=tuple(_release(pool, released.get(pool.name)) for pool in cluster.nodepools),
         optimize=cluster.optimize if optimize is None else optimize,
     )
     plan = solve(snapshot)
-    return Simulation(plan, _failure(plan, {p.key for c in removed for p in c.pods}, uninitialized))
+    must_move = {p.key for c in (*removed, *leaving) for p in c.pods}
+    return Simulation(plan, _failure(plan, must_move, {p.key for c in removed for p in c.pods}, uninitialized))
 
 
-def _failure(plan: Plan, moved: set[str], uninitialized: Collection[str]) -> str | None:
-    if plan.unschedulable:
-        shown = [f"{pod}: {why}" for pod, why in list(plan.unschedulable.items())[:_SHOWN_FAILURES]]
-        more = len(plan.unschedulable) - len(shown)
+def _failure(plan: Plan, must_move: set[str], moved: set[str], uninitialized: Collection[str]) -> str | None:
+    stranded = [(pod, why) for pod, why in plan.unschedulable.items() if pod in must_move]
+    if stranded:
+        shown = [f"{pod}: {why}" for pod, why in stranded[:_SHOWN_FAILURES]]
+        more = len(stranded) - len(shown)
         tail = f" (and {plural(more, 'more pod')})" if more else ""
-        return f"{plural(len(plan.unschedulable), 'pod')} could not be placed elsewhere: {'; '.join(shown)}{tail}"
+        return f"{plural(len(stranded), 'pod')} could not be placed elsewhere: {'; '.join(shown)}{tail}"
     for node, pods in plan.existing.items():
         if node in uninitialized and moved.intersection(pods):
             # Upstream counts this as a failure: the node may never become ready.

@@ -101,6 +101,9 @@ class ExistingNode:
     # its startup and ephemeral taints are expected to go, and it is tried after the others.
     initialized: bool = True
     deleting: bool = False  # metadata.deletionTimestamp is set
+    annotations: Mapping[str, str] = EMPTY_MAP
+    creation_timestamp: str | None = None  # RFC 3339 as written
+    ready: bool = True  # the Ready condition, when status.conditions gives one
 
     @property
     def managed(self) -> bool:
@@ -158,6 +161,10 @@ class ExistingNode:
         else:
             allocatable = capacity
         managed = "karpenter.sh/nodepool" in labels
+        annotations = read_str_map(metadata.get("annotations"), "metadata.annotations")
+        created = metadata.get("creationTimestamp")
+        conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+        ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), "True")
         return cls(
             name=name,
             labels=labels,
@@ -167,6 +174,9 @@ class ExistingNode:
             unschedulable=unschedulable,
             initialized=not managed or labels.get("karpenter.sh/initialized") == "true",
             deleting=metadata.get("deletionTimestamp") is not None,
+            annotations=annotations,
+            creation_timestamp=created if isinstance(created, str) else None,
+            ready=ready == "True",
         )
 
 

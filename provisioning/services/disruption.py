@@ -12,25 +12,25 @@ savings, for the dashboard; every node left alone gets a sentence saying why.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from provisioning.cluster import get_cluster
-from provisioning.cluster.base import DISRUPTED_TAINT, DO_NOT_DISRUPT
-from provisioning.disruption import planner
-from provisioning.disruption.model import Candidate, Command, PoolPolicy
+from provisioning.cluster.base import DISRUPTED_TAINT
+from provisioning.cluster.simulated import pod_manifest
+from provisioning.disruption import drain as draining
+from provisioning.disruption import drift, planner
+from provisioning.disruption.model import EXPIRED, Command, PoolPolicy, parse_duration
+from provisioning.disruption.nodes import POOL, Claim
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
-from provisioning.scheduling.labelselector import LabelSelector
 from provisioning.services import events
+from provisioning.services.disruptionview import Picture, read_picture
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +38,8 @@ VALIDATION_DELAY = timedelta(seconds=15)  # upstream re-checks a command 15 s af
 ACTIVE = (Disruption.State.PLANNED, Disruption.State.REPLACING, Disruption.State.DRAINING)
 
 
-def template_hash(spec: dict[str, Any]) -> str:
-    """What drift compares: a hash of the NodePool's template (or EC2NodeClass's spec)."""
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def drift_hashes(nodepool: str, nodeclass: str) -> dict[str, str]:
-    """The hashes a new NodeClaim records, to be compared later."""
+    """The hashes a new NodeClaim records, to be compared later (``disruption.drift``)."""
     return drift_hashes_of(
         NodePool.objects.filter(name=nodepool).first(), EC2NodeClass.objects.filter(name=nodeclass).first()
     )
@@ -52,37 +47,36 @@ def drift_hashes(nodepool: str, nodeclass: str) -> dict[str, str]:
 
 def drift_hashes_of(pool: NodePool | None, nc: EC2NodeClass | None) -> dict[str, str]:
     """:func:`drift_hashes` of policies already read."""
-    return {
-        "nodepool": template_hash((pool.spec if pool else {}).get("template") or {}),
-        "nodeclass": template_hash(nc.spec if nc else {}),
-    }
+    return drift.hashes((pool.spec if pool else {}).get("template") or {}, nc.spec if nc else {})
 
 
 # ------------------------------------------------------------------ one round
 
 
 def run(now=None) -> Disruption | None:
-    """One disruption round: advance the command in progress, or plan a new one."""
+    """One disruption round: advance every command in progress, then plan. Expiration is
+    planned every round; a voluntary command only when none is in progress (one at a time,
+    as upstream), so an expiring node never holds consolidation up, nor the reverse."""
     now = now or timezone.now()
-    current = Disruption.objects.filter(state__in=ACTIVE).order_by("planned_at").first()
-    if current is not None:
-        advance(current, now)
-        return current
-    result = plan(now)
-    command = next(iter(result.commands), None)
-    if command is None:
-        return None
-    return _record(command, now)
+    current = list(Disruption.objects.filter(state__in=ACTIVE).order_by("planned_at"))
+    for disruption in current:
+        advance(disruption, now)
+    busy = Disruption.objects.filter(state__in=ACTIVE).exclude(reason=EXPIRED).exists()
+    result = plan(now, voluntary=not busy)
+    recorded = [_record(command, now) for command in result.commands]
+    return next(iter(recorded), next(iter(current), None))
 
 
-def plan(now=None, recheck: Disruption | None = None):
+def plan(now=None, recheck: Disruption | None = None, *, voluntary: bool = True):
     """The planners' view of the cluster now; also writes each node's note for the dashboard.
 
     ``recheck``: a planned command being validated. Only its nodes may be chosen then (the
     others still count for budgets and still take pods), so the question the planners answer
     is "can these nodes still go, this way?", not "are they still the first choice?"."""
     now = now or timezone.now()
-    candidates, snapshot = _picture(now, recheck)
+    picture = _picture(now, recheck)
+    candidates = picture.candidates
+    spot_to_spot = settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION
     if recheck is not None:
         planned = set(recheck.nodes)
         candidates = [
@@ -91,15 +85,9 @@ def plan(now=None, recheck: Disruption | None = None):
             else replace(c, blocked_by="not part of the command being re-checked")
             for c in candidates
         ]
-        return planner.plan(
-            candidates, _policies(), snapshot, now.timestamp(), spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION
-        )
+        return planner.plan(candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot)
     result = planner.plan(
-        candidates,
-        _policies(),
-        snapshot,
-        now.timestamp(),
-        spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
+        candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot, voluntary=voluntary
     )
     in_command = {name for c in result.commands for name in c.candidates}
     for name, why in result.not_candidates.items():
@@ -111,11 +99,6 @@ def plan(now=None, recheck: Disruption | None = None):
     return result
 
 
-def _policies() -> dict[str, PoolPolicy]:
-    policies = {p.name: _policy(p) for p in NodePool.objects.all()}
-    return {name: policy for name, policy in policies.items() if policy is not None}
-
-
 def _policy(pool: NodePool) -> PoolPolicy | None:
     try:
         return PoolPolicy.from_spec(pool.name, pool.spec)
@@ -124,115 +107,96 @@ def _policy(pool: NodePool) -> PoolPolicy | None:
         return None
 
 
-def _picture(now, recheck: Disruption | None = None) -> tuple[list[Candidate], Any]:
-    """Candidates (managed nodes with their pods) and the cluster as a solver snapshot."""
+def _picture(now, recheck: Disruption | None = None) -> Picture:
+    """The cluster's rows as documents, read as ``simulate --disruption`` reads files: the
+    policies, every node with its pods, the claims in flight, the pending pods, the
+    PodDisruptionBudgets; each node's NodeClaim row says what its labels do not."""
     from provisioning.services.catalog import load_catalog
     from provisioning.services.provision import cluster_documents
-    from provisioning.services.simulate import build_snapshot
 
-    nodes = list(ClusterNode.objects.all())
-    bound = list(ClusterPod.objects.exclude(node_name=""))
     catalog = load_catalog()
-    snapshot, _ = build_snapshot(cluster_documents(catalog)[0], catalog=catalog)
-    snapshot = type(snapshot)(
-        pods=(), nodepools=snapshot.nodepools, nodes=snapshot.nodes, daemonsets=snapshot.daemonsets
-    )
-    pods_of: dict[str, list] = {}
-    for node in snapshot.nodes:
-        pods_of[node.name] = [p for p in node.pods if not p.is_daemonset]
-    claims = {c.name: c for c in NodeClaim.objects.filter(state__in=NodeClaim.ACTIVE_STATES)}
+    documents, included = cluster_documents(catalog)
+    documents += [pod_manifest(p) for p in ClusterPod.objects.filter(node_name="").exclude(pk__in=included)]
+    if not any(d.get("kind") == "PodDisruptionBudget" for d in documents):
+        documents += _pdbs()
+    claims = {
+        c.node_name: c for c in NodeClaim.objects.filter(state__in=NodeClaim.ACTIVE_STATES).exclude(node_name="")
+    }
     active = Disruption.objects.filter(state__in=ACTIVE)
     if recheck is not None:
         active = active.exclude(pk=recheck.pk)
     disrupting = {n for d in active for n in d.nodes}
     pools = {p.name: p for p in NodePool.objects.all()}
     nodeclasses = {c.name: c for c in EC2NodeClass.objects.all()}
-    annotated = {p.key: p for p in bound}
-    budgets = _pdbs()
-    candidates = []
-    for node in nodes:
-        claim = claims.get(node.nodeclaim)
-        if claim is None:
-            continue  # not ours: Karpenter disrupts only the nodes it launched
-        pods = tuple(pods_of.get(node.name, ()))
-        changed = node.last_pod_change_at or claim.initialized_at or claim.created_at
-        blocked = _blocked(node, [annotated.get(p.key) for p in pods], budgets)
-        candidates.append(
-            Candidate(
-                name=node.name,
-                nodeclaim=claim.name,
-                nodepool=claim.nodepool_name,
-                instance_type=claim.instance_type,
-                capacity_type=claim.capacity_type,
-                zone=claim.zone,
-                price_per_hour=float(claim.price_per_hour or 0),
-                created_at=claim.created_at.timestamp(),
-                initialized=claim.state == NodeClaim.State.INITIALIZED,
-                pods=pods,
-                last_pod_change_at=changed.timestamp(),
-                drift_reason=_drift(claim, pools.get(claim.nodepool_name), nodeclasses.get(claim.nodeclass_name)),
-                blocked_by=blocked,
-                blocked_by_pods_only=blocked is not None and _blocked(node, [], budgets) is None,
-                disrupting=node.name in disrupting,
+    changed = dict(ClusterNode.objects.exclude(last_pod_change_at=None).values_list("name", "last_pod_change_at"))
+
+    def claim_of(node, snapshot) -> Claim | str:
+        row = claims.get(node.name)
+        if row is None:
+            return "no NodeClaim of this platform's launched it"
+        pool, nodeclass = pools.get(row.nodepool_name), nodeclasses.get(row.nodeclass_name)
+        offered = next((p for p in snapshot.nodepools if p.name == row.nodepool_name), None)
+        reason = None
+        if pool is not None:
+            reason = drift.drift_reason(
+                labels=node.labels,
+                recorded=row.spec.get("driftHashes") or {},
+                template=pool.spec.get("template") or {},
+                nodeclass_spec=nodeclass.spec if nodeclass else None,
+                nodeclass_status=nodeclass.status if nodeclass else None,
+                launched=row.spec.get("launched") or {},
+                offered_types=None if offered is None else {t.name for t in offered.instance_types},
             )
+        own = row.spec.get("expireAfter")
+        return Claim(
+            name=row.name,
+            nodepool=row.nodepool_name,
+            instance_type=row.instance_type,
+            capacity_type=row.capacity_type,
+            zone=row.zone,
+            price_per_hour=float(row.price_per_hour or 0),
+            created_at=row.created_at.timestamp(),
+            initialized=row.state == NodeClaim.State.INITIALIZED,
+            annotations=row.spec.get("annotations") or {},
+            expire_after_seconds=POOL if own is None else _duration(own, f"NodeClaim {row.name}: spec.expireAfter"),
+            drift_reason=None if reason is None else drift.explain(reason, row.nodepool_name, row.nodeclass_name),
+            disrupting=node.name in disrupting,
         )
-    return candidates, snapshot
+
+    def last_change(name: str) -> float | None:
+        row = claims.get(name)
+        moment = changed.get(name) or (row and (row.initialized_at or row.created_at))
+        return moment.timestamp() if moment else None
+
+    return read_picture(documents, now=now, claim_of=claim_of, last_pod_change=last_change, catalog=catalog)
 
 
-def _drift(claim: NodeClaim, pool: NodePool | None, nodeclass: EC2NodeClass | None) -> str | None:
-    recorded = claim.spec.get("driftHashes") or {}
-    if (
-        pool is not None
-        and recorded.get("nodepool")
-        and recorded["nodepool"] != template_hash(pool.spec.get("template") or {})
-    ):
-        return f"NodePool {pool.name}'s template changed since the node was launched"
-    if nodeclass is not None and recorded.get("nodeclass") and recorded["nodeclass"] != template_hash(nodeclass.spec):
-        return f"EC2NodeClass {nodeclass.name} changed since the node was launched"
-    return None
-
-
-def _pdbs() -> list[tuple[str, str, LabelSelector, int]]:
-    """PodDisruptionBudgets that allow no eviction now: (namespace, name, selector, allowed)."""
-    out = []
+def _duration(text: str, where: str) -> float | None | str:
     try:
-        budgets = get_cluster().pdbs()
+        return parse_duration(text, where)
+    except ValueError as exc:
+        log.warning("%s", exc)
+        return POOL
+
+
+def _pdbs() -> list[dict]:
+    """The cluster's PodDisruptionBudgets (with the status its disruption controller wrote)."""
+    try:
+        return [dict(pdb, kind="PodDisruptionBudget") for pdb in get_cluster().pdbs()]
     except Exception as exc:  # an unreachable cluster: plan without, evictions still ask
         log.warning("disruption: cannot list PodDisruptionBudgets (%s)", exc)
-        return out
-    for pdb in budgets:
-        meta, spec = pdb.get("metadata") or {}, pdb.get("spec") or {}
-        allowed = int((pdb.get("status") or {}).get("disruptionsAllowed", 0) or 0)
-        if allowed > 0:
-            continue
+        return []
+
+
+def _grace_seconds(claim: NodeClaim | None, pool_name: str) -> float | None:
+    """The claim's terminationGracePeriod (fixed when it was created), else its NodePool's."""
+    own = (claim.spec.get("terminationGracePeriod") if claim else None) or None
+    if own is not None:
         try:
-            selector = LabelSelector.from_manifest(spec.get("selector") or {}, "spec.selector")
-        except Exception:
-            continue
-        out.append((meta.get("namespace") or "default", meta.get("name", ""), selector, allowed))
-    return out
-
-
-def _blocked(node: ClusterNode, pods: list[ClusterPod | None], pdbs=()) -> str | None:
-    annotations = (node.manifest.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(DO_NOT_DISRUPT) == "true":
-        return f"the node has the {DO_NOT_DISRUPT} annotation"
-    for pod in pods:
-        if pod is None:
-            continue
-        metadata = pod.manifest.get("metadata") or {}
-        if (metadata.get("annotations") or {}).get(DO_NOT_DISRUPT) == "true":
-            return f"pod {pod.key} has the {DO_NOT_DISRUPT} annotation"
-        labels = metadata.get("labels") or {}
-        for namespace, name, selector, _ in pdbs:
-            # An empty selector in policy/v1 selects every pod of the namespace.
-            if namespace == pod.namespace and selector.matches(labels):
-                return f"PodDisruptionBudget {namespace}/{name} allows no disruption of pod {pod.key} now"
-    return None
-
-
-def _grace_seconds(node: ClusterNode) -> float | None:
-    pool = NodePool.objects.filter(name=node.nodepool).first()
+            return parse_duration(own, "spec.terminationGracePeriod", never=False)
+        except ValueError:
+            pass
+    pool = NodePool.objects.filter(name=pool_name).first()
     policy = _policy(pool) if pool is not None else None
     return policy.termination_grace_period_seconds if policy is not None else None
 
@@ -240,6 +204,7 @@ def _grace_seconds(node: ClusterNode) -> float | None:
 def _record(command: Command, now) -> Disruption:
     claims = list(ClusterNode.objects.filter(name__in=command.candidates).values_list("nodeclaim", flat=True))
     disruption = Disruption.objects.create(
+        planned_at=now,
         reason=command.reason,
         nodes=list(command.candidates),
         nodeclaims=claims,
@@ -298,19 +263,15 @@ def advance(disruption: Disruption, now) -> None:
     elif disruption.state == Disruption.State.REPLACING:
         replacements = list(disruption.replacements.all())
         if any(c.state in (NodeClaim.State.FAILED, NodeClaim.State.TERMINATED) for c in replacements):
-            if disruption.move(
-                Disruption.State.REPLACING,
-                Disruption.State.CANCELLED,
-                message="a replacement failed to launch",
-                finished_at=now,
-            ):
-                _log_step(disruption, "cancelled", "a replacement failed to launch")
+            why = "a replacement failed to launch: the nodes are schedulable again"
+            if disruption.move(Disruption.State.REPLACING, Disruption.State.CANCELLED, message=why, finished_at=now):
+                _release(disruption)
+                _log_step(disruption, "cancelled", why)
             return
         waiting = [c for c in replacements if c.state != NodeClaim.State.INITIALIZED]
         if waiting:
             events.record([events.waiting_readiness(c) for c in waiting], get_cluster())
-        else:
-            disruption.move(Disruption.State.REPLACING, Disruption.State.DRAINING)
+        elif disruption.move(Disruption.State.REPLACING, Disruption.State.DRAINING, drain_started_at=now):
             _drain(disruption, now)
     elif disruption.state == Disruption.State.DRAINING:
         _drain(disruption, now)
@@ -327,28 +288,48 @@ def _still_valid(disruption: Disruption, command: Command) -> bool:
 
 
 def _start(disruption: Disruption, command: Command, now) -> None:
-    """Launch the replacements (if any) before touching the old nodes."""
+    """Taint the nodes ``karpenter.sh/disrupted:NoSchedule`` first, so nothing is scheduled
+    onto them and the provisioner plans their pods elsewhere; then launch the replacements,
+    or drain at once when there are none."""
     from provisioning.services.provision import create_claims
 
+    cluster = get_cluster()
     if command.replacements:
         with transaction.atomic():
             if not disruption.move(Disruption.State.PLANNED, Disruption.State.REPLACING):
                 return
+            _mark(disruption, cluster)
             claims = create_claims(command.replacements, disruption=disruption)
-        events.record([events.launching(claim, disruption.reason) for claim in claims], get_cluster())
+        events.record([events.launching(claim, disruption.reason) for claim in claims], cluster)
         return
-    if disruption.move(Disruption.State.PLANNED, Disruption.State.DRAINING):
+    if disruption.move(Disruption.State.PLANNED, Disruption.State.DRAINING, drain_started_at=now):
+        _mark(disruption, cluster)
         _drain(disruption, now)
 
 
+def _mark(disruption: Disruption, cluster) -> None:
+    for name in disruption.nodes:
+        cluster.taint(name, DISRUPTED_TAINT)
+
+
+def _release(disruption: Disruption) -> None:
+    """A command that will not go ahead gives its nodes back (upstream removes the taint)."""
+    cluster = get_cluster()
+    for name in disruption.nodes:
+        cluster.untaint(name, DISRUPTED_TAINT)
+
+
 def _drain(disruption: Disruption, now) -> None:
-    """Taint and cordon, evict what is left (a PDB may refuse: try again next round), and
-    terminate each node once it is empty."""
+    """Drain each node as upstream's terminator does (``disruption.drain``): evict in groups,
+    non-critical before critical and DaemonSet pods after the others, through the
+    PodDisruptionBudgets; wait for do-not-disrupt pods; once the terminationGracePeriod since
+    the drain began has passed, delete what is left; terminate each node once it is empty."""
     from provisioning.services.cloud import get_cloud
     from provisioning.services.provision import terminate_claim
 
     cluster = get_cluster()
-    done = True
+    started = disruption.drain_started_at or now
+    waiting: list[str] = []
     for name in disruption.nodes:
         node = ClusterNode.objects.filter(name=name).first()
         if node is None:
@@ -356,28 +337,32 @@ def _drain(disruption: Disruption, now) -> None:
         events.record(events.terminating(node, disruption.reason), cluster)
         cluster.taint(name, DISRUPTED_TAINT)
         cluster.cordon(name)
-        refused = [
-            pod.key for pod in ClusterPod.objects.filter(node_name=name) if not cluster.evict(pod.namespace, pod.name)
-        ]
-        grace = _grace_seconds(node)
-        if refused and grace is not None and (now - disruption.planned_at).total_seconds() > grace:
-            # terminationGracePeriod elapsed: the node goes, PDBs or not (as upstream).
-            disruption.message = f"terminationGracePeriod ({grace:g} s) elapsed: {len(refused)} pods deleted"
-            disruption.save(update_fields=["message"])
-            refused = []
-        if refused:
-            done = False
-            disruption.message = f"waiting: eviction of {', '.join(refused[:3])} refused by a PodDisruptionBudget"
-            disruption.save(update_fields=["message"])
-            continue
         claim = NodeClaim.objects.filter(name=node.nodeclaim).first()
+        grace = _grace_seconds(claim, node.nodepool)
+        deadline = None if grace is None else started.timestamp() + grace
+        step = draining.next_step(
+            [pod_manifest(p) for p in ClusterPod.objects.filter(node_name=name)], now.timestamp(), deadline
+        )
+        for pod in step.delete:
+            cluster.delete_pod(pod.namespace, pod.name)
+        refused = [pod.key for pod in step.evict if not cluster.evict(pod.namespace, pod.name)]
+        status = step.describe(refused)
+        if status:
+            waiting.append(f"{name}: {status}")
+            continue
         if claim is not None and claim.move(
             NodeClaim.ACTIVE_STATES, NodeClaim.State.DELETING, reason=disruption.reason
         ):
             terminate_claim(claim, get_cloud())
         else:
             cluster.delete_node(name)
-    if done and disruption.move(Disruption.State.DRAINING, Disruption.State.DONE, finished_at=now, message=""):
+    message = "; ".join(waiting)[:2000]
+    if waiting:
+        if disruption.message != message:
+            disruption.message = message
+            disruption.save(update_fields=["message"])
+        return
+    if disruption.move(Disruption.State.DRAINING, Disruption.State.DONE, finished_at=now, message=""):
         _log_step(disruption, "done", "its nodes are terminated")
 
 

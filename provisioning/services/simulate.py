@@ -40,7 +40,7 @@ from provisioning.scheduling.quantity import QuantityError, to_int
 from provisioning.scheduling.requirements import Requirement, Requirements
 from provisioning.scheduling.snapshot import NodePoolInput, Snapshot
 from provisioning.scheduling.taints import taints_from_list
-from provisioning.scheduling.workloads import ExistingNode, describe, expand_all
+from provisioning.scheduling.workloads import ExistingNode, Workloads, describe, expand_all
 
 __all__ = [
     "HOURS_PER_MONTH",
@@ -73,7 +73,14 @@ class SimulateError(ValueError):
 # ------------------------------------------------------------------ documents → snapshot
 
 
-def build_snapshot(
+def build_snapshot(documents: Iterable[Any], **options: Any) -> tuple[Snapshot, list[str]]:
+    """The solver's input for ``documents`` (parsed YAML/JSON), and notes for people; see
+    :func:`read_cluster` for the options. Raises :class:`SimulateError` on invalid input."""
+    snapshot, notes, _ = read_cluster(documents, **options)
+    return snapshot, notes
+
+
+def read_cluster(
     documents: Iterable[Any],
     *,
     region: str = DEFAULT_REGION,
@@ -85,8 +92,9 @@ def build_snapshot(
     default_constraints: Sequence[Mapping[str, Any]] | None = None,
     preference_policy: str | None = None,
     min_values_policy: str | None = None,
-) -> tuple[Snapshot, list[str]]:
-    """The solver's input for ``documents`` (parsed YAML/JSON), and notes for people.
+) -> tuple[Snapshot, list[str], Workloads]:
+    """The solver's input for ``documents`` (parsed YAML/JSON), notes for people, and the
+    documents as read (every node with its pods, the PodDisruptionBudgets, the policies).
 
     ``catalog`` defaults to the bundled snapshot of ``region``; ``zones`` (``us-east-1a`` or
     just ``a``) limits the offerings to those zones, as subnets in only those zones would;
@@ -149,7 +157,7 @@ def build_snapshot(
         preference_policy=preference_policy or policy["preference_policy"],
         min_values_policy=min_values_policy or policy["min_values_policy"],
     )
-    return snapshot, notes
+    return snapshot, notes, workloads
 
 
 def scheduling_policy() -> dict[str, Any]:

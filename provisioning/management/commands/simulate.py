@@ -5,6 +5,12 @@ Reads NodePool, EC2NodeClass, Pod, Deployment, ReplicaSet, StatefulSet, Job, Dae
 and Namespace documents (other kinds are skipped with a note on stderr), solves against the
 bundled catalog of the region (no network), and prints the plan as a table or as JSON.
 
+With ``--disruption`` it runs the disruption planner instead (emptiness, drift, expiration,
+multi- and single-node consolidation, budgets, do-not-disrupt, PodDisruptionBudgets) once
+over the cluster the documents describe (Nodes with Karpenter's labels, bound and pending
+Pods, workloads, DaemonSets, PodDisruptionBudgets), judging ages against ``--now``, and
+prints what it would disrupt and why every node is or is not a candidate. Nothing changes.
+
 Exit status: 0 with a plan (unschedulable pods are part of it), 2 on invalid input (the
 message on stderr names the document and the field), 3 when THE verifier finds the plan
 breaking a rule (each violation is printed on stderr): a plan karpweb would refuse to launch.
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from typing import NoReturn
 
 from django.core.management.base import BaseCommand
@@ -22,6 +29,7 @@ from provisioning import crd
 from provisioning.crd.manifest import load_files
 from provisioning.scheduling.defaults import parse_scheduler_config
 from provisioning.scheduling.verify import verify
+from provisioning.services.disruptionview import what_if, what_if_table
 from provisioning.services.simulate import SimulateError, plan_documents, plan_to_json, plan_to_table
 
 EXIT_INVALID = 2
@@ -59,6 +67,16 @@ class Command(BaseCommand):
             help="whether minValues may be relaxed (upstream's MIN_VALUES_POLICY; default: the setting)",
         )
         parser.add_argument(
+            "--disruption",
+            action="store_true",
+            help="what the disruption planner would do now to the cluster the files describe",
+        )
+        parser.add_argument(
+            "--now",
+            metavar="RFC3339",
+            help="with --disruption: the time to judge consolidateAfter and expireAfter at (default: now)",
+        )
+        parser.add_argument(
             "--scheduler-config",
             metavar="FILE",
             help="a document with podTopologySpread.defaultConstraints, as upstream's SCHEDULER_CONFIG",
@@ -69,6 +87,9 @@ class Command(BaseCommand):
             documents = load_files(filename)
         except crd.ManifestError as exc:
             self._invalid(str(exc))
+        if options.get("disruption"):
+            self._disruption(documents, region, format, options.get("now"))
+            return
         zone_list = [zone for zone in zones.split(",") if zone.strip()] if zones else None
         policies = {
             "preference_policy": options.get("preference_policy"),
@@ -93,6 +114,33 @@ class Command(BaseCommand):
             sys.stdout.flush()
             sys.stderr.flush()
             sys.exit(EXIT_VIOLATIONS)
+
+    def _disruption(self, documents: list, region: str, format: str, now_text: str | None) -> None:
+        from django.conf import settings
+
+        now = datetime.now(UTC)
+        if now_text:
+            try:
+                now = datetime.fromisoformat(now_text.replace("Z", "+00:00"))
+            except ValueError:
+                self._invalid(f"--now: {now_text!r} is not an RFC 3339 time such as 2026-01-02T03:04:05Z")
+            if now.tzinfo is None:
+                now = now.replace(tzinfo=UTC)
+        try:
+            result, notes = what_if(
+                [d for d in documents if d is not None],
+                now=now,
+                region=region,
+                spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
+            )
+        except SimulateError as exc:
+            self._invalid(str(exc))
+        for note in notes:
+            self.stderr.write(note)
+        if format == "json":
+            self.stdout.write(json.dumps(result, indent=2))
+        else:
+            self.stdout.write(what_if_table(result), ending="")
 
     def _scheduler_config(self, path: str) -> list[dict]:
         try:

@@ -1,0 +1,168 @@
+"""Drift: has a node's NodePool or EC2NodeClass changed in a way the node no longer matches?
+
+As upstream (``pkg/controllers/nodeclaim/disruption/drift.go`` and the AWS provider's
+``pkg/cloudprovider/drift.go``), in this order:
+
+1. Static drift: a hash of the NodePool's ``spec.template`` without its requirements (and of
+   the EC2NodeClass's spec without its selector terms and the other fields upstream marks
+   ``hash:"ignore"``), lists hashed as sets and empty values as absent, so reordering a list
+   or writing a default out changes nothing. A claim stamped with another hash version is not
+   compared: the hash changed, not the policy.
+2. Requirements drift: the node's labels no longer meet the NodePool's requirements (so
+   broadening a requirement drifts nothing, narrowing it drifts only the nodes outside it).
+3. The node's instance type is no longer offered by the NodePool.
+4. Resolved drift: the node's AMI, subnet or security groups are no longer among those the
+   EC2NodeClass's selector terms resolve to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from provisioning.scheduling.requirements import Requirements
+
+HASH_VERSION = "v2"
+
+NODEPOOL_DRIFTED = "NodePoolDrifted"
+REQUIREMENTS_DRIFTED = "RequirementsDrifted"
+INSTANCE_TYPE_NOT_FOUND = "InstanceTypeNotFound"
+NODECLASS_DRIFTED = "NodeClassDrifted"
+AMI_DRIFTED = "AMIDrift"
+SUBNET_DRIFTED = "SubnetDrift"
+SECURITY_GROUP_DRIFTED = "SecurityGroupDrift"
+
+# spec.template.spec fields upstream's NodePool hash ignores (hash:"ignore").
+_NODEPOOL_IGNORED = frozenset({"requirements", "resources"})
+# EC2NodeClass spec fields its hash ignores: selector terms drift through what they resolve to.
+_NODECLASS_IGNORED = frozenset(
+    {
+        "subnetSelectorTerms",
+        "securityGroupSelectorTerms",
+        "capacityReservationSelectorTerms",
+        "amiSelectorTerms",
+        "amiFamily",
+        "ipPrefixCount",
+        "kubelet",
+    }
+)
+
+
+def _canonical(value: Any) -> Any:
+    """Upstream's hashstructure options, as JSON: lists as sets (sorted by their canonical
+    form), empty values and nulls dropped (``IgnoreZeroValue``, ``ZeroNil``)."""
+    if isinstance(value, Mapping):
+        out = {}
+        for key in sorted(value):
+            item = _canonical(value[key])
+            if item not in (None, "", 0, False, [], {}):
+                out[key] = item
+        return out
+    if isinstance(value, list | tuple):
+        items = {json.dumps(_canonical(v), sort_keys=True) for v in value}
+        return [json.loads(text) for text in sorted(items)]
+    return value
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(_canonical(value), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def nodepool_hash(template: Mapping[str, Any] | None) -> str:
+    """The static-drift hash of a NodePool's ``spec.template``."""
+    template = dict(template or {})
+    spec = {k: v for k, v in (template.get("spec") or {}).items() if k not in _NODEPOOL_IGNORED}
+    return _digest({**template, "spec": spec})
+
+
+def nodeclass_hash(spec: Mapping[str, Any] | None) -> str:
+    """The static-drift hash of an EC2NodeClass's spec."""
+    return _digest({k: v for k, v in (spec or {}).items() if k not in _NODECLASS_IGNORED})
+
+
+def hashes(template: Mapping[str, Any] | None, nodeclass_spec: Mapping[str, Any] | None) -> dict[str, str]:
+    """What a new NodeClaim records, to be compared later."""
+    return {"version": HASH_VERSION, "nodepool": nodepool_hash(template), "nodeclass": nodeclass_hash(nodeclass_spec)}
+
+
+def static_drift(
+    recorded: Mapping[str, str], template: Mapping[str, Any] | None, nodeclass_spec: Mapping[str, Any] | None
+) -> str | None:
+    if recorded.get("version") != HASH_VERSION:
+        return None
+    if recorded.get("nodepool") and recorded["nodepool"] != nodepool_hash(template):
+        return NODEPOOL_DRIFTED
+    if nodeclass_spec is not None and recorded.get("nodeclass") and recorded["nodeclass"] != nodeclass_hash(
+        nodeclass_spec
+    ):
+        return NODECLASS_DRIFTED
+    return None
+
+
+def requirements_drift(labels: Mapping[str, str], requirements: Any) -> str | None:
+    """The node's labels, as requirements, must be compatible with the NodePool's."""
+    pool = Requirements.from_list(requirements or [])
+    node = Requirements.from_labels(labels)
+    return REQUIREMENTS_DRIFTED if node.compatible(pool, mine_name="the node", theirs_name="the NodePool") else None
+
+
+def resolved_drift(launched: Mapping[str, Any], status: Mapping[str, Any] | None) -> str | None:
+    """The node's image, subnet and security groups against the EC2NodeClass's status.
+
+    ``launched`` is what the instance was launched with (``imageId``, ``subnetId``,
+    ``securityGroupIds``); a field it lacks is not compared."""
+    if not status:
+        return None
+    image = launched.get("imageId")
+    amis = {a.get("id") for a in status.get("amis") or []}
+    if image and amis and image not in amis:
+        return AMI_DRIFTED
+    subnet = launched.get("subnetId")
+    subnets = {s.get("id") for s in status.get("subnets") or []}
+    if subnet and subnets and subnet not in subnets:
+        return SUBNET_DRIFTED
+    groups = launched.get("securityGroupIds")
+    resolved = {g.get("id") for g in status.get("securityGroups") or []}
+    if groups and resolved and set(groups) != resolved:
+        return SECURITY_GROUP_DRIFTED
+    return None
+
+
+def drift_reason(
+    *,
+    labels: Mapping[str, str],
+    recorded: Mapping[str, str],
+    template: Mapping[str, Any] | None,
+    nodeclass_spec: Mapping[str, Any] | None,
+    nodeclass_status: Mapping[str, Any] | None = None,
+    launched: Mapping[str, Any] | None = None,
+    offered_types: Collection[str] | None = None,
+) -> str | None:
+    """The first drift reason that holds, or None."""
+    reason = static_drift(recorded, template, nodeclass_spec)
+    if reason:
+        return reason
+    reason = requirements_drift(labels, ((template or {}).get("spec") or {}).get("requirements"))
+    if reason:
+        return reason
+    instance_type = labels.get("node.kubernetes.io/instance-type")
+    if offered_types is not None and (not instance_type or instance_type not in offered_types):
+        return INSTANCE_TYPE_NOT_FOUND
+    return resolved_drift(launched or {}, nodeclass_status)
+
+
+EXPLANATIONS = {
+    NODEPOOL_DRIFTED: "NodePool {pool}'s template changed since the node was launched",
+    REQUIREMENTS_DRIFTED: "its labels no longer meet NodePool {pool}'s requirements",
+    INSTANCE_TYPE_NOT_FOUND: "NodePool {pool} no longer offers its instance type",
+    NODECLASS_DRIFTED: "EC2NodeClass {nodeclass} changed since the node was launched",
+    AMI_DRIFTED: "its AMI is no longer one EC2NodeClass {nodeclass} selects",
+    SUBNET_DRIFTED: "its subnet is no longer one EC2NodeClass {nodeclass} selects",
+    SECURITY_GROUP_DRIFTED: "its security groups are no longer those EC2NodeClass {nodeclass} selects",
+}
+
+
+def explain(reason: str, pool: str, nodeclass: str) -> str:
+    return f"{reason}: " + EXPLANATIONS.get(reason, reason).format(pool=pool, nodeclass=nodeclass)
