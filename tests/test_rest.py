@@ -399,6 +399,46 @@ def test_simulate_rejects_invalid_input_with_a_status(viewer):
     )
 
 
+def test_the_disruption_what_if_answers_what_simulate_disruption_prints(viewer, tmp_path):
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_simulate_disruption import NOW, cluster
+
+    documents = cluster()
+    response = viewer.post(f"/api/v1/simulate/disruption/?now={NOW}", documents, format="json")
+    assert response.status_code == 200, response.content  # a viewer may ask: nothing is written
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(documents))
+    out = io.StringIO()
+    call_command("simulate", "--disruption", "-f", str(path), "--now", NOW, "--format", "json", stdout=out)
+    expected, got = json.loads(out.getvalue()), response.json()
+    for answer in (expected, got):
+        answer["stats"].pop("seconds")
+    assert got == expected and got["commands"][0]["candidates"] == ["ip-empty"]
+
+
+def test_the_disruption_what_if_of_the_cluster_now_says_why_not_each_node(editor, viewer, seed_nodepool):
+    from provisioning.models import ClusterNode
+
+    create(editor, seed_nodepool)
+    add_node("n1")
+    response = viewer.get("/api/v1/simulate/disruption/")
+    assert response.status_code == 200, response.content
+    (node,) = response.json()["nodes"]
+    assert node["name"] == "n1" and node["reason"]
+    assert ClusterNode.objects.get(name="n1").disruption_note == ""  # asking writes nothing
+
+
+def test_the_disruption_what_if_rejects_invalid_input_with_a_status(viewer):
+    bad = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "x"}, "spec": {"template": 3}}
+    response = viewer.post("/api/v1/simulate/disruption/", [bad], format="json")
+    assert response.status_code == 422 and "NodePool x" in response.json()["message"]
+    assert viewer.get("/api/v1/simulate/disruption/?now=soon").status_code == 400
+
+
 def test_spend_series_by_capacity_type(viewer):
     from datetime import timedelta
 

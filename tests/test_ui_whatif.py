@@ -239,3 +239,37 @@ def test_the_page_costs_the_same_queries_with_more_policies_and_nodeclaims(
 
 def test_only_get_and_post(viewer):
     assert viewer.put("/whatif/").status_code == 405
+
+
+# ------------------------------------------------------------------ disruption
+
+
+def test_the_disruption_what_if_answers_for_the_cluster_now_and_writes_nothing(
+    viewer, seed_nodepool, seed_ec2nodeclass
+):
+    from uipages import add_node
+
+    from provisioning.models import ClusterNode, Disruption
+
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    apply_manifest(seed_nodepool, source="cli")
+    add_node("ip-1")
+    html = words(viewer.get("/whatif/disruption/").content.decode())
+    assert "Commands for the cluster now" in html and "<td>ip-1</td>" in html
+    assert not Disruption.objects.exists() and ClusterNode.objects.get().disruption_note == ""
+
+
+def test_the_disruption_what_if_of_pasted_documents_names_the_blocking_budget(viewer):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_simulate_disruption import cluster
+
+    response = viewer.post("/whatif/disruption/", {"manifests": paste(*cluster())}, HTTP_HX_REQUEST="true")
+    body = words(response.content.decode())
+    assert body.startswith('<div id="disruption-result"')
+    assert "<td>Empty</td><td>ip-empty</td>" in body
+    assert "PodDisruptionBudget default/db allows no disruption of pod default/db-0" in body
+    bad = viewer.post("/whatif/disruption/", {"manifests": "kind: NodePool\nmetadata: {name: x}\nspec: {template: 3}"})
+    assert "The input cannot be read" in bad.content.decode()

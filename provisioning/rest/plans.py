@@ -59,6 +59,52 @@ class Simulate(APIView):
         return Response(plan, headers=warning_header(notes))
 
 
+class SimulateDisruption(APIView):
+    post_is_read = True  # plans without writing: a viewer may ask
+
+    @extend_schema(
+        summary="What-if disruption, now",
+        description="What the disruption round would do now to the cluster (emptiness, drift, expiration, multi- "
+        "and single-node consolidation, budgets, do-not-disrupt, PodDisruptionBudgets), and for every node why "
+        "it is or is not chosen: `manage.py simulate --disruption --format json`'s answer for the cluster as it "
+        "is. Nothing is changed.",
+        responses={200: OpenApiTypes.OBJECT, **ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        from provisioning.services import disruption
+
+        try:
+            return Response(disruption.what_if(_instant(request, "now", timezone.now())))
+        except SimulateError as exc:  # the cluster as stored does not read: say what, not 500
+            return Response(errors.status_body(422, str(exc)), status=422)
+
+    @extend_schema(
+        summary="What-if disruption of a cluster given as documents",
+        description="NodePool, EC2NodeClass, Node (with Karpenter's labels and `creationTimestamp`), Pod (bound "
+        "with `spec.nodeName`, or pending), workloads, DaemonSet and PodDisruptionBudget documents, as "
+        "`manage.py simulate --disruption` reads them; ages are judged at `now` (default: now). The answer is "
+        "that command's JSON; notes come in `Warning` headers. Nothing is saved.",
+        request=OpenApiTypes.OBJECT,
+        parameters=[OpenApiParameter("now", OpenApiTypes.DATETIME)],
+        responses={200: OpenApiTypes.OBJECT, 422: STATUS, **ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        from django.conf import settings
+
+        from provisioning.services.disruptionview import what_if
+
+        documents = request.data if isinstance(request.data, list) else [request.data]
+        try:
+            result, notes = what_if(
+                documents,
+                now=_instant(request, "now", timezone.now()),
+                spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
+            )
+        except SimulateError as exc:
+            return Response(errors.status_body(422, str(exc)), status=422)
+        return Response(result, headers=warning_header(notes))
+
+
 def _instant(request: Request, name: str, default: datetime) -> datetime:
     raw = request.query_params.get(name)
     if raw is None:

@@ -18,6 +18,7 @@ v1 = [
     path("ec2nodeclasses/", policies.EC2NodeClassList.as_view(), name="ec2nodeclass-list"),
     path("ec2nodeclasses/<str:name>/", policies.EC2NodeClassDetail.as_view(), name="ec2nodeclass-detail"),
     path("simulate/", plans.Simulate.as_view(), name="simulate"),
+    path("simulate/disruption/", plans.SimulateDisruption.as_view(), name="simulate-disruption"),
     path("spend/", plans.Spend.as_view(), name="spend"),
     path("catalog/instancetypes/", catalog.InstanceTypes.as_view(), name="instancetype-list"),
     path("", include(router.urls)),

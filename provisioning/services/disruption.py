@@ -99,6 +99,28 @@ def plan(now=None, recheck: Disruption | None = None, *, voluntary: bool = True)
     return result
 
 
+def what_if(now=None) -> dict:
+    """What the round would plan now and why each node is or is not chosen, as
+    ``simulate --disruption`` answers for documents; nothing is written."""
+    import time
+
+    from provisioning.services.disruptionview import answer
+
+    started = time.perf_counter()
+    now = now or timezone.now()
+    picture = _picture(now)
+    busy = Disruption.objects.filter(state__in=ACTIVE).exclude(reason=EXPIRED).exists()
+    result = planner.plan(
+        picture.candidates,
+        picture.policies,
+        picture.snapshot,
+        now.timestamp(),
+        spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
+        voluntary=not busy,
+    )
+    return answer(picture, picture.candidates, result, time.perf_counter() - started)
+
+
 def _policy(pool: NodePool) -> PoolPolicy | None:
     try:
         return PoolPolicy.from_spec(pool.name, pool.spec)

@@ -192,6 +192,11 @@ def what_if(
         for c in picture.candidates
     ]
     result = planner.plan(candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot)
+    return answer(picture, candidates, result, time.perf_counter() - started), picture.notes
+
+
+def answer(picture: Picture, candidates: list[Candidate], result: Any, seconds: float) -> dict[str, Any]:
+    """The what-if's JSON: the commands, every node with why it is or is not chosen, stats."""
     chosen = {name: command for command in result.commands for name in command.candidates}
     nodes = []
     for c in candidates:
@@ -221,12 +226,8 @@ def what_if(
             for command in result.commands
         ],
         "nodes": sorted(nodes, key=lambda n: n["name"]),
-        "stats": {
-            "nodes": len(nodes),
-            "pods": picture.pods,
-            "seconds": round(time.perf_counter() - started, 3),
-        },
-    }, picture.notes
+        "stats": {"nodes": len(nodes), "pods": picture.pods, "seconds": round(seconds, 3)},
+    }
 
 
 def what_if_table(result: Mapping[str, Any]) -> str:

@@ -389,7 +389,7 @@ def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
     pending a moment ago may be among them now."""
     documents: list[dict] = [obj.to_manifest() for obj in EC2NodeClass.objects.order_by("pk")]
     documents += [obj.to_manifest() for obj in NodePool.objects.order_by("pk")]
-    documents += [n.manifest for n in ClusterNode.objects.order_by("pk")]
+    documents += [{"apiVersion": "v1", "kind": "Node", **n.manifest} for n in ClusterNode.objects.order_by("pk")]
     documents += in_flight_documents(catalog)
     bound = list(ClusterPod.objects.exclude(node_name="").order_by("pk"))
     documents += [pod_manifest(pod) for pod in bound]

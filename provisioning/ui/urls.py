@@ -14,6 +14,7 @@ urlpatterns = [
     path("disruptions/", nodes.disruption_list, name="disruptions"),
     path("spend/", spend.spend_page, name="spend"),
     path("whatif/", whatif.whatif_page, name="whatif"),
+    path("whatif/disruption/", whatif.disruption_page, name="whatif-disruption"),
     path("policies/", policies.policy_list, name="policy-list"),
     path("policies/apply/", policy_edit.policy_apply, name="policy-apply"),
     path("policies/new/<str:kind>/", policy_edit.policy_create, name="policy-create"),

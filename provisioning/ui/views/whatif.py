@@ -40,6 +40,38 @@ def whatif_page(request: HttpRequest) -> HttpResponse:
     return render(request, "provisioning/whatif.html", context)
 
 
+@require_http_methods(["GET", "POST"])
+@role_required(VIEWER)
+def disruption_page(request: HttpRequest) -> HttpResponse:
+    """What would disruption do now, and why not this node: for the cluster as it is (GET),
+    or for a cluster pasted as documents (POST), as ``simulate --disruption`` answers."""
+    from datetime import UTC, datetime
+
+    from provisioning.services import disruption
+    from provisioning.services.disruptionview import what_if
+
+    context: dict[str, Any] = {"text": "", "result": None, "errors": [], "notes": [], "source": "the cluster now"}
+    try:
+        if request.method == "POST":
+            context["text"] = request.POST.get("manifests", "")
+            context["source"] = "the pasted cluster"
+            documents = _documents(context["text"], request.FILES.get("file"))
+            context["result"], context["notes"] = what_if(
+                documents,
+                now=datetime.now(UTC),
+                spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
+            )
+        else:
+            context["result"] = disruption.what_if()
+    except ManifestError as exc:
+        context["errors"] = [str(exc)]
+    except SimulateError as exc:
+        context["errors"] = exc.problems
+    if request.method == "POST" and wants_partial(request):
+        return render(request, "provisioning/whatif_disruption.html#disruption-result", context)
+    return render(request, "provisioning/whatif_disruption.html", context)
+
+
 def _documents(text: str, upload: UploadedFile | None) -> list[dict[str, Any]]:
     """The documents pasted and uploaded, each source held to the size limit for a manifest."""
     limit = settings.KARPWEB_MAX_MANIFEST_BYTES
