@@ -138,6 +138,10 @@ def test_a_pending_claim_launches_spot_once_and_records_the_instance(env):
     assert [i["InstanceId"] for i in instances] == [c.instance_id]
     tags = {t["Key"]: t["Value"] for t in instances[0]["Tags"]}
     assert tags["karpenter.sh/nodepool"] == "general" and tags[f"kubernetes.io/cluster/{CLUSTER}"] == "owned"
+    # What drift compares against the EC2NodeClass's status later: what EC2 launched it with.
+    launched = c.spec["launched"]
+    assert launched["imageId"] == instances[0]["ImageId"] and launched["subnetId"] == instances[0]["SubnetId"]
+    assert launched["securityGroupIds"] == sorted(g["GroupId"] for g in instances[0]["SecurityGroups"])
 
 
 def test_spot_without_capacity_falls_back_to_on_demand_and_marks_the_ice_cache(env):
@@ -282,6 +286,7 @@ def test_a_batch_launches_every_claim_with_one_fleet(env, calls, queued):
     assert {(r.capacity_type, r.instance_type, float(r.price_per_hour), r.launch_attempts) for r in rows} == {
         ("spot", "m5.large", 0.03, 1)
     }
+    assert all(r.spec["launched"]["imageId"].startswith("ami-") and r.spec["launched"]["subnetId"] for r in rows)
     assert queued == {"claims": [], "batches": []}
     # The task again (a redelivered message): nothing is pending, nothing is launched.
     assert launchbatch.launch_batch(claims[0].launch_batch) == []

@@ -302,3 +302,36 @@ def test_consolidation_keeps_the_room_pending_pods_need(env):
     (command,) = result.commands
     assert (command.reason, command.decision) == ("Underutilized", "delete")
     assert command.candidates in ((spare,), (busy,))  # either node's pod fits beside the other's
+
+
+def test_a_node_whose_ami_the_nodeclass_no_longer_selects_has_drifted(env):
+    from provisioning.models import EC2NodeClass
+
+    env.apply(node_pool(requirements=[ON_DEMAND], consolidation_policy="WhenEmpty"))
+    launched = {"imageId": "ami-old", "subnetId": "subnet-a", "securityGroupIds": ["sg-1"]}
+    current = env.node(claim_spec={"launched": dict(launched, imageId="ami-new")})
+    old = env.node(claim_spec={"launched": launched})
+    for node in (current, old):
+        env.pod(node=node)
+    EC2NodeClass.objects.filter(name="default").update(
+        status={
+            "amis": [{"id": "ami-new"}],
+            "subnets": [{"id": "subnet-a", "zone": ZONE_1}],
+            "securityGroups": [{"id": "sg-1"}],
+        }
+    )
+    result = env.plan()
+    (command,) = result.commands
+    assert command.reason == "Drifted" and command.candidates == (old,)
+    assert "AMIDrift" in command.explanation
+
+
+def test_resolved_drift_compares_subnets_and_security_groups_as_sets():
+    from provisioning.disruption import drift
+
+    status = {"amis": [{"id": "ami-1"}], "subnets": [{"id": "s-1"}], "securityGroups": [{"id": "g-1"}, {"id": "g-2"}]}
+    same = {"imageId": "ami-1", "subnetId": "s-1", "securityGroupIds": ["g-2", "g-1"]}
+    assert drift.resolved_drift(same, status) is None
+    assert drift.resolved_drift({"subnetId": "s-2"}, status) == drift.SUBNET_DRIFTED
+    assert drift.resolved_drift({"securityGroupIds": ["g-1"]}, status) == drift.SECURITY_GROUP_DRIFTED
+    assert drift.resolved_drift({}, status) is None  # nothing known of the launch: nothing compared

@@ -104,6 +104,15 @@ class Instance:
     launch_time: datetime | None = None
     image_id: str = ""
     tags: dict[str, str] = field(default_factory=dict)
+    subnet_id: str = ""
+    security_group_ids: tuple[str, ...] = ()
+
+    @property
+    def launched_with(self) -> dict[str, Any]:
+        """What drift compares against the EC2NodeClass's status later (what is known of it)."""
+        facts: dict[str, Any] = {"imageId": self.image_id, "subnetId": self.subnet_id}
+        facts["securityGroupIds"] = sorted(self.security_group_ids)
+        return {key: value for key, value in facts.items() if value}
 
     @property
     def provider_id(self) -> str:

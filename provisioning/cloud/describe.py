@@ -74,4 +74,6 @@ def instance_from(raw: dict[str, Any]) -> Instance:
         launch_time=launch_time if isinstance(launch_time, datetime) else None,
         image_id=raw.get("ImageId", ""),
         tags=tag_dict(raw.get("Tags")),
+        subnet_id=raw.get("SubnetId", "") or "",
+        security_group_ids=tuple(g["GroupId"] for g in raw.get("SecurityGroups") or [] if g.get("GroupId")),
     )

@@ -202,6 +202,8 @@ def fleet_instances(response: dict[str, Any], request: LaunchRequest, tags: dict
                     state="pending",
                     image_id=overrides.get("ImageId", ""),
                     tags=tags,
+                    subnet_id=overrides.get("SubnetId", ""),
+                    security_group_ids=tuple(g.id for g in request.nodeclass.security_groups),
                 )
             )
     return instances

@@ -167,6 +167,10 @@ def record_launched(claim: NodeClaim, instance: Instance) -> None:
         reason="",
         message="",
     ):
+        if instance.launched_with:
+            spec = {**claim.spec, "launched": instance.launched_with}
+            NodeClaim.objects.filter(pk=claim.pk).update(spec=spec)
+            claim.spec = spec
         log.info(
             "nodeclaim %s launched %s %s in %s as %s",
             claim.name,
