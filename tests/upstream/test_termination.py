@@ -102,16 +102,20 @@ class RecordingCloud:
         return [Instance(i, "m5.xlarge", "us-east-1a", "on-demand", "running") for i in sorted(ids)]
 
 
-@pytest.fixture
-def env(disruption_env: DisruptionEnv, monkeypatch) -> DisruptionEnv:
-    """Upstream's BeforeEach: a NodePool, the recording cloud, evictions that leave pods
-    terminating on their node."""
+def prepare(env: DisruptionEnv, monkeypatch) -> DisruptionEnv:
+    """Upstream's BeforeEach: a NodePool, the recording cloud (``env.cloud``), evictions that
+    leave pods terminating on their node."""
     cloud = RecordingCloud()
     monkeypatch.setattr("provisioning.services.cloud.get_cloud", lambda: cloud)
-    disruption_env.cloud = cloud  # type: ignore[attr-defined]
-    disruption_env.apply(node_pool(consolidate_after="Never"))
-    graceful(disruption_env)
-    return disruption_env
+    env.cloud = cloud  # type: ignore[attr-defined]
+    env.apply(node_pool(consolidate_after="Never"))
+    graceful(env)
+    return env
+
+
+@pytest.fixture
+def env(disruption_env: DisruptionEnv, monkeypatch) -> DisruptionEnv:
+    return prepare(disruption_env, monkeypatch)
 
 
 def rfc3339(moment) -> str:
@@ -262,10 +266,12 @@ def test_should_ignore_nodes_not_managed_by_this_karpenter_instance(env):
     NodeClaim.objects.filter(node_name=node).delete()
     ClusterNode.objects.filter(name=node).update(nodeclaim="")
     pod = env.pod(node=node)
+    managed = env.node(age=timedelta(hours=2))  # karpweb's own, as old: expired and deleted
     rounds(env, 3)
+    assert managed not in env.node_names()
     assert node in env.node_names()
     assert not env.tainted(node)
-    assert env.disruptions() == []
+    assert [d.nodes for d in env.disruptions()] == [[managed]]
     assert env.cluster.evictions == [] and env.cluster.deleted_pods == []
     assert env.node_of(pod) == node
 
