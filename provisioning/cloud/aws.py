@@ -22,6 +22,7 @@ and what their answers mean is worked out in modules without boto3: ``selectors`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -601,7 +602,11 @@ class AWSCloud:
                 exhausted.append(p.option)
                 continue
             raw = response["Instances"][0]
-            return self._describe_instance(raw["InstanceId"]) or instance_from(raw)
+            instance = self._describe_instance(raw["InstanceId"]) or instance_from(raw)
+            # Its groups are the launch template's, as EC2 applies them (moto's answer has the
+            # VPC's default group instead); drift compares them with the EC2NodeClass later.
+            groups = tuple(g.id for g in request.nodeclass.security_groups)
+            return dataclasses.replace(instance, security_group_ids=groups)
         raise insufficient_capacity(request, unique(exhausted), errors)
 
     def _launch_call(self, action: str, method: Any, token: str, kwargs: dict[str, Any]) -> dict[str, Any]:
