@@ -24,6 +24,7 @@ from provisioning.cluster.base import (
     ClusterError,
     Conflict,
     Event,
+    Eviction,
     ObjectEvent,
     ObjectReference,
     is_pending,
@@ -240,13 +241,13 @@ EVICTION = "/api/v1/namespaces/default/pods/web-1/eviction"
 @pytest.mark.parametrize(
     "code, answer, evicted",
     [
-        (201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, True),
+        (201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, Eviction.EVICTED),
         (
             429,
             status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."),
-            False,
+            Eviction.REFUSED,
         ),
-        (404, status(404, "NotFound", 'pods "web-1" not found'), True),
+        (404, status(404, "NotFound", 'pods "web-1" not found'), Eviction.GONE),
     ],
     ids=["evicted", "a-pdb-refuses", "already-gone"],
 )
@@ -267,6 +268,13 @@ async def test_evict_reports_server_errors_as_retryable(kmock, cluster):
         await asyncio.to_thread(cluster.evict, "default", "web-1")
     assert str(excinfo.value) == "evict Pod default/web-1 failed: etcdserver: request timed out (HTTP 500)"
     assert excinfo.value.retryable
+
+
+async def test_evict_reads_the_500_for_a_pod_of_two_budgets_as_a_refusal(kmock, cluster):
+    message = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+    kmock["post " + EVICTION] << 500 << status(500, "InternalError", message)
+    answer = await asyncio.to_thread(cluster.evict, "default", "web-1")
+    assert answer is Eviction.REFUSED and not answer
 
 
 async def test_errors_name_the_verb_the_object_and_the_api_message(kmock, cluster):

@@ -96,7 +96,10 @@ def test_an_empty_node_is_planned_rechecked_and_terminated(cluster):
     disruption.run(now + timedelta(seconds=5))  # not yet re-checked
     planned.refresh_from_db()
     assert planned.state == Disruption.State.PLANNED
-    disruption.run(now + timedelta(seconds=16))
+    disruption.run(now + timedelta(seconds=16))  # re-checked, tainted, drained
+    planned.refresh_from_db()
+    assert planned.state == Disruption.State.DRAINING and "once 5 s have passed" in planned.message
+    disruption.run(now + timedelta(seconds=26))  # upstream's minDrainTime has passed
     planned.refresh_from_db()
     assert planned.state == Disruption.State.DONE and planned.finished_at is not None
     assert not ClusterNode.objects.filter(name="ip-empty").exists()
@@ -183,6 +186,7 @@ def test_a_recheck_asks_whether_these_nodes_can_still_go_not_whether_they_come_f
     planned = Disruption.objects.create(reason="Empty", nodes=["ip-a"], nodeclaims=["claim-ip-a"])
     Disruption.objects.filter(pk=planned.pk).update(planned_at=now - timedelta(seconds=20))
     disruption.run(now)
+    disruption.run(now + timedelta(seconds=6))  # upstream's minDrainTime after the taint
     planned.refresh_from_db()
     assert planned.state == Disruption.State.DONE
     assert set(ClusterNode.objects.values_list("name", flat=True)) == {"ip-b", "ip-busy"}

@@ -14,6 +14,7 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 
 from provisioning.cluster import simulated
+from provisioning.cluster.base import Eviction
 from provisioning.cluster.simulated import SimulatedCluster
 from provisioning.models import ClusterNode, ClusterPDB, ClusterPod
 from provisioning.scheduling.workloads import expand_all
@@ -256,14 +257,14 @@ def three_running():
 def test_an_eviction_the_budget_does_not_allow_is_refused_and_changes_nothing(three_running, caplog):
     store(pdb(minAvailable=3))
     with caplog.at_level(logging.INFO, logger="provisioning.cluster.simulated"):
-        assert SimulatedCluster().evict("default", "web-1") is False
+        assert SimulatedCluster().evict("default", "web-1") is Eviction.REFUSED
     assert running("web-1") and ClusterPod.objects.get(name="web-1").node_name == "n1"
     assert "eviction of pod default/web-1 refused" in caplog.text and "default/web" in caplog.text
 
 
 def test_an_eviction_the_budget_allows_sends_the_pod_back_to_pending(three_running):
     store(pdb(minAvailable=2))
-    assert SimulatedCluster().evict("default", "web-1") is True
+    assert SimulatedCluster().evict("default", "web-1") is Eviction.EVICTED
     row = ClusterPod.objects.get(name="web-1")
     assert (row.phase, row.node_name, row.bound_at) == (ClusterPod.Phase.PENDING, "", None)
     assert counts(status_of()) == (3, 2, 2, 0)
@@ -272,11 +273,11 @@ def test_an_eviction_the_budget_allows_sends_the_pod_back_to_pending(three_runni
 def test_two_evictions_against_max_unavailable_1_let_only_the_first_go_until_it_runs_again(three_running):
     store(pdb(maxUnavailable=1))
     cluster = SimulatedCluster()
-    assert cluster.evict("default", "web-0") is True
-    assert cluster.evict("default", "web-1") is False
+    assert cluster.evict("default", "web-0") is Eviction.EVICTED
+    assert cluster.evict("default", "web-1") is Eviction.REFUSED
     assert not running("web-0") and running("web-1")
     ClusterPod.objects.filter(name="web-0").update(node_name="n1", phase=ClusterPod.Phase.RUNNING)
-    assert cluster.evict("default", "web-1") is True
+    assert cluster.evict("default", "web-1") is Eviction.EVICTED
     assert running("web-0") and not running("web-1")
 
 
@@ -284,7 +285,7 @@ def test_a_pod_two_budgets_select_is_refused_even_when_both_allow(three_running,
     store(pdb("web", maxUnavailable=2), pdb("everything", maxUnavailable=2, selector={}))
     assert status_of("web")["disruptionsAllowed"] == 2 and status_of("everything")["disruptionsAllowed"] == 2
     with caplog.at_level(logging.WARNING, logger="provisioning.cluster.simulated"):
-        assert SimulatedCluster().evict("default", "web-0") is False
+        assert SimulatedCluster().evict("default", "web-0") is Eviction.REFUSED
     assert running("web-0")
     assert "more than one PodDisruptionBudget selects it (default/everything, default/web)" in caplog.text
 
@@ -292,7 +293,7 @@ def test_a_pod_two_budgets_select_is_refused_even_when_both_allow(three_running,
 def test_a_budget_of_another_app_or_namespace_does_not_hold_the_pod(three_running):
     store(pdb("api", minAvailable="100%", selector={"matchLabels": {"app": "api"}}))
     store(pdb("web", namespace="shop", minAvailable="100%"))
-    assert SimulatedCluster().evict("default", "web-0") is True
+    assert SimulatedCluster().evict("default", "web-0") is Eviction.EVICTED
 
 
 @pytest.mark.parametrize(
@@ -308,9 +309,9 @@ def test_always_allow_lets_a_pod_that_is_not_ready_go(policy, evicted):
     spec = {"minAvailable": 3, **({"unhealthyPodEvictionPolicy": policy} if policy else {})}
     store(pdb(**spec))
     assert counts(status_of()) == (3, 2, 3, 0)
-    assert SimulatedCluster().evict("default", "web-2") is evicted
+    assert bool(SimulatedCluster().evict("default", "web-2")) is evicted
     assert running("web-2") is not evicted
-    assert SimulatedCluster().evict("default", "web-0") is False  # a Ready pod is still held
+    assert SimulatedCluster().evict("default", "web-0") is Eviction.REFUSED  # a Ready pod is still held
 
 
 def test_if_healthy_budget_lets_a_pod_that_is_not_ready_go_while_the_budget_holds():
@@ -321,8 +322,8 @@ def test_if_healthy_budget_lets_a_pod_that_is_not_ready_go_while_the_budget_hold
     pod("web-2", "sick")
     store(pdb(minAvailable=2))  # 2 healthy of 2 desired: nothing allowed, yet the unready pod may go
     assert counts(status_of()) == (3, 2, 2, 0)
-    assert SimulatedCluster().evict("default", "web-0") is False
-    assert SimulatedCluster().evict("default", "web-2") is True
+    assert SimulatedCluster().evict("default", "web-0") is Eviction.REFUSED
+    assert SimulatedCluster().evict("default", "web-2") is Eviction.EVICTED
     assert not running("web-2")
 
 
@@ -330,7 +331,7 @@ def test_a_pending_pod_is_evicted_without_asking_its_budget():
     pod("web-0")
     store(pdb(maxUnavailable=0))
     ClusterPod.objects.filter(name="web-0").update(nominated="claim-x")
-    assert SimulatedCluster().evict("default", "web-0") is True
+    assert SimulatedCluster().evict("default", "web-0") is Eviction.EVICTED
     assert ClusterPod.objects.get(name="web-0").nominated == ""
 
 

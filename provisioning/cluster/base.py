@@ -7,6 +7,7 @@ pods, nodes and DaemonSets from either cluster the same way.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -92,6 +93,18 @@ def is_pending(pod: Manifest) -> bool:
     )
 
 
+class Eviction(enum.Enum):
+    """The Eviction API's answer. True for a pod that is gone (evicted, or not found: nothing is
+    left to evict), False for one a PodDisruptionBudget keeps for now."""
+
+    EVICTED = "evicted"
+    GONE = "gone"
+    REFUSED = "refused"
+
+    def __bool__(self) -> bool:
+        return self is not Eviction.REFUSED
+
+
 class Cluster(Protocol):
     """The pipeline's view of a cluster. Reads return manifests; writes raise ClusterError."""
 
@@ -121,11 +134,16 @@ class Cluster(Protocol):
     def untaint(self, node: str, taint: Manifest) -> None:
         """Remove the taint with ``taint``'s key and effect, if the node has it."""
 
-    def evict(self, namespace: str, name: str) -> bool:
-        """Evict through the Eviction API; False when a PodDisruptionBudget refuses (429)."""
+    def evict(self, namespace: str, name: str) -> Eviction:
+        """Evict through the Eviction API: REFUSED (false) when a PodDisruptionBudget refuses
+        (429, or 500 when two select the pod), GONE when there is no such pod."""
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete the pod, whatever guards its eviction (a drain past its grace period)."""
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """Delete the pod, whatever guards its eviction (a drain past its grace period), with
+        ``grace_seconds`` instead of its own terminationGracePeriodSeconds when given."""
+
+    def label(self, node: str, key: str, value: str) -> None:
+        """Set a label on the node."""
 
     def delete_node(self, node: str) -> None: ...
 

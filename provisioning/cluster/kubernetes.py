@@ -36,7 +36,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from provisioning import crd
-from provisioning.cluster.base import ClusterError, Conflict, Event, Manifest, ObjectEvent
+from provisioning.cluster.base import ClusterError, Conflict, Event, Eviction, Manifest, ObjectEvent
 
 log = logging.getLogger(__name__)
 
@@ -395,12 +395,18 @@ class KubernetesCluster:
                 return
         raise ClusterError(f"{what} failed: the Node changed under {TAINT_ATTEMPTS} attempts in a row")
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        self._send(f"delete Pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace, ok={404})
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        options = {} if grace_seconds is None else {"grace_period_seconds": grace_seconds}
+        self._send(
+            f"delete Pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace, ok={404}, **options
+        )
 
-    def evict(self, namespace: str, name: str) -> bool:
-        """Ask the Eviction API to evict the pod: True once it is evicted (or already gone),
-        False when a PodDisruptionBudget refuses for now (429)."""
+    def label(self, node: str, key: str, value: str) -> None:
+        patch = {"metadata": {"labels": {key: value}}}
+        self._send(f"label Node {node} {key}={value}", self.core.patch_node, node, patch)
+
+    def evict(self, namespace: str, name: str) -> Eviction:
+        """Ask the Eviction API to evict the pod (see ``Eviction``)."""
         eviction = client.V1Eviction(
             api_version="policy/v1", kind="Eviction", metadata=client.V1ObjectMeta(name=name, namespace=namespace)
         )
@@ -410,9 +416,16 @@ class KubernetesCluster:
             name,
             namespace,
             eviction,
-            ok={404, 429},
+            ok={404, 429, 500},
         )
-        return reply.status != 429
+        # 429: a PodDisruptionBudget allows no disruption now. The API answers a pod that more
+        # than one selects with a 500 ("more than one PodDisruptionBudget"): refused too, as
+        # upstream reads it; any other 500 is the server's trouble.
+        if reply.status == 500 and "more than one" not in str(reply.body.get("message", "")):
+            raise ClusterError(f"evict Pod {namespace}/{name} failed: {reply.body.get('message', '')} (HTTP 500)")
+        if reply.status in (429, 500):
+            return Eviction.REFUSED
+        return Eviction.GONE if reply.status == 404 else Eviction.EVICTED
 
     def delete_node(self, node: str) -> None:
         self._send(f"delete Node {node}", self.core.delete_node, node, ok={404})

@@ -23,7 +23,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from provisioning.cluster.base import Event, Manifest, ObjectEvent
+from provisioning.cluster.base import Event, Eviction, Manifest, ObjectEvent
 from provisioning.disruption.eviction import Budget, budget_from_manifest
 from provisioning.models import ClusterNode, ClusterPDB, ClusterPod, NodeClaim
 from provisioning.scheduling.instancetypes import InstanceType
@@ -82,13 +82,17 @@ class SimulatedCluster:
 
         self._edit(node, remove)
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        """Deleted whatever guards its eviction; its controller recreates it, pending."""
+    def label(self, node: str, key: str, value: str) -> None:
+        self._edit(node, lambda m: m.setdefault("metadata", {}).setdefault("labels", {}).__setitem__(key, value))
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """Deleted whatever guards its eviction; its controller recreates it, pending (the
+        simulated kubelet stops a pod at once, whatever its grace period)."""
         ClusterPod.objects.filter(namespace=namespace, name=name).update(
             phase=ClusterPod.Phase.PENDING, node_name="", nominated="", bound_at=None
         )
 
-    def evict(self, namespace: str, name: str) -> bool:
+    def evict(self, namespace: str, name: str) -> Eviction:
         """The Eviction API: False (its 429) when the pod's PodDisruptionBudget allows no
         disruption now, or when more than one selects it; otherwise the pod goes, and the
         workload's controller recreates it: it is pending again. A pod that is not running
@@ -99,13 +103,13 @@ class SimulatedCluster:
         with transaction.atomic():
             row = ClusterPod.objects.select_for_update().filter(namespace=namespace, name=name).first()
             if row is None:
-                return True  # already gone, as the API's 404: nothing is left to evict
+                return Eviction.GONE  # as the API's 404: nothing is left to evict
             if row.node_name and row.phase == ClusterPod.Phase.RUNNING and _eviction_refused(row):
-                return False
+                return Eviction.REFUSED
             ClusterPod.objects.filter(pk=row.pk).update(
                 phase=ClusterPod.Phase.PENDING, node_name="", nominated="", bound_at=None
             )
-        return True
+        return Eviction.EVICTED
 
     def record_event(self, event: ObjectEvent) -> None:
         """No Events API here: a debug log line is the record (the dashboard shows the same)."""

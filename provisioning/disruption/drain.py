@@ -2,9 +2,12 @@
 (``pkg/controllers/node/termination/terminator/terminator.go``, ``pkg/utils/pod/scheduling.go``).
 
 * The pods waited for: not finished, and drainable (not tolerating
-  ``karpenter.sh/disrupted:NoSchedule``, not a static pod the kubelet owns).
+  ``karpenter.sh/disrupted:NoSchedule``, not a static pod the kubelet owns, not stuck
+  terminating a minute past its ``deletionTimestamp``).
 * Past the deadline (the node's terminationGracePeriod since its drain began, less the pod's
-  own ``terminationGracePeriodSeconds`` so it still gets that long): deleted, whatever blocks it.
+  own ``terminationGracePeriodSeconds`` so it still gets that long): deleted, whatever blocks it,
+  with the time left to the deadline as its grace period (at least 1 s); so is a terminating pod
+  whose ``deletionTimestamp`` lies beyond the deadline.
 * The others are evicted through the Eviction API in groups, one group at a time:
   non-critical before critical (``system-cluster-critical``, ``system-node-critical``), and
   in each, other pods before DaemonSet pods. A pod with an active ``karpenter.sh/do-not-disrupt``
@@ -15,6 +18,7 @@ Pure: the caller gives the clock and carries the step out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +37,7 @@ from provisioning.scheduling.podspec import pod_from_manifest
 
 CRITICAL_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 DEFAULT_POD_GRACE_SECONDS = 30.0
+STUCK_TERMINATING_SECONDS = 60.0  # upstream's IsStuckTerminating
 _SHOWN = 3
 
 
@@ -41,6 +46,7 @@ class DrainPod:
     pod: Pod
     critical: bool
     grace_seconds: float
+    deletion_at: float | None = None  # metadata.deletionTimestamp, epoch seconds
 
     @property
     def key(self) -> str:
@@ -107,23 +113,47 @@ def drain_pod(manifest: dict[str, Any]) -> DrainPod | None:
         return None
     spec = manifest.get("spec") or {}
     grace = spec.get("terminationGracePeriodSeconds")
+    deletion = (manifest.get("metadata") or {}).get("deletionTimestamp")
     return DrainPod(
         pod,
         spec.get("priorityClassName") in CRITICAL_CLASSES,
         float(grace) if isinstance(grace, int | float) and grace >= 0 else DEFAULT_POD_GRACE_SECONDS,
+        _epoch(deletion) if isinstance(deletion, str) else None,
     )
 
 
-def waited_for(pod: Pod) -> bool:
+def _epoch(text: str) -> float | None:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def waited_for(pod: DrainPod, now: float) -> bool:
     """Upstream's ``IsWaitingEviction``: not finished, and drainable."""
-    return not pod.terminal and not tolerates_disrupted(pod) and not owned_by(pod, "Node")
+    stuck = pod.deletion_at is not None and now - pod.deletion_at > STUCK_TERMINATING_SECONDS
+    return not pod.pod.terminal and not tolerates_disrupted(pod.pod) and not owned_by(pod.pod, "Node") and not stuck
+
+
+def deletion_grace(now: float, deadline: float) -> int:
+    """The grace period a pod deleted at the deadline gets: what is left of the node's, at least 1 s."""
+    return max(1, math.ceil(deadline - now))
+
+
+def _past_deadline(pod: DrainPod, now: float, deadline: float | None) -> bool:
+    if deadline is None:
+        return False
+    if pod.deletion_at is not None:
+        return pod.deletion_at > deadline  # terminating, but past the node's deadline: delete again
+    return now >= deadline - pod.grace_seconds
 
 
 def next_step(manifests: Sequence[dict[str, Any]], now: float, deadline: float | None) -> Step:
     """The next step of a node's drain, for the pods bound to it now. ``deadline``: when the
     terminationGracePeriod runs out (epoch seconds), None without one."""
-    pods = [p for p in (drain_pod(m) for m in manifests) if p is not None and waited_for(p.pod)]
-    force = tuple(p for p in pods if deadline is not None and now >= deadline - p.grace_seconds)
+    pods = [p for p in (drain_pod(m) for m in manifests) if p is not None and waited_for(p, now)]
+    force = tuple(p for p in pods if _past_deadline(p, now, deadline))
     graceful = [p for p in pods if p not in force]
     groups = (
         [p for p in graceful if not p.critical and not p.pod.is_daemonset],

@@ -78,6 +78,9 @@ def pod_from_manifest(manifest: Any) -> Pod:
                 read_str(ref.get("name"), f"metadata.ownerReferences[{i}].name"),
             )
             is_daemonset = owner.kind == "DaemonSet"
+        elif owner is None and ref.get("kind") == "Node" and ref.get("apiVersion") == "v1":
+            # A static pod: upstream's IsOwnedByNode reads any Node reference, controller or not.
+            owner = Owner("Node", read_str(ref.get("name"), f"metadata.ownerReferences[{i}].name"))
     uid = read_str(metadata.get("uid"), "metadata.uid") or None
     created = _timestamp(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
     pod = parse_pod(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -22,10 +22,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from provisioning.cluster import get_cluster
-from provisioning.cluster.base import DISRUPTED_TAINT
+from provisioning.cluster.base import DISRUPTED_TAINT, ClusterError, Eviction
 from provisioning.cluster.simulated import pod_manifest
 from provisioning.disruption import drain as draining
 from provisioning.disruption import drift, planner
+from provisioning.disruption.eviction import Limits, budget_from_manifest
 from provisioning.disruption.model import EXPIRED, Command, PoolPolicy, parse_duration
 from provisioning.disruption.nodes import POOL, Claim
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
@@ -35,6 +36,8 @@ from provisioning.services.disruptionview import Picture, read_picture
 log = logging.getLogger(__name__)
 
 VALIDATION_DELAY = timedelta(seconds=15)  # upstream re-checks a command 15 s after planning it
+MIN_DRAIN = timedelta(seconds=5)  # upstream's minDrainTime: a node drained is terminated no sooner
+EXCLUDE_FROM_BALANCERS = "node.kubernetes.io/exclude-from-external-load-balancers"
 ACTIVE = (Disruption.State.PLANNED, Disruption.State.REPLACING, Disruption.State.DRAINING)
 
 
@@ -345,13 +348,16 @@ def _drain(disruption: Disruption, now) -> None:
     """Drain each node as upstream's terminator does (``disruption.drain``): evict in groups,
     non-critical before critical and DaemonSet pods after the others, through the
     PodDisruptionBudgets; wait for do-not-disrupt pods; once the terminationGracePeriod since
-    the drain began has passed, delete what is left; terminate each node once it is empty."""
+    the drain began has passed, delete what is left; terminate each node once it is empty (and
+    ``MIN_DRAIN`` has passed, so a pod bound just before the taint is drained too). A NotReady
+    node whose instance is gone is removed at once: nothing on it will ever finish."""
     from provisioning.services.cloud import get_cloud
     from provisioning.services.provision import terminate_claim
 
     cluster = get_cluster()
     started = disruption.drain_started_at or now
     waiting: list[str] = []
+    gone = _instances_gone(disruption)
     for name in disruption.nodes:
         node = ClusterNode.objects.filter(name=name).first()
         if node is None:
@@ -359,19 +365,17 @@ def _drain(disruption: Disruption, now) -> None:
         events.record(events.terminating(node, disruption.reason), cluster)
         cluster.taint(name, DISRUPTED_TAINT)
         cluster.cordon(name)
+        cluster.label(name, EXCLUDE_FROM_BALANCERS, "karpenter")
         claim = NodeClaim.objects.filter(name=node.nodeclaim).first()
-        grace = _grace_seconds(claim, node.nodepool)
-        deadline = None if grace is None else started.timestamp() + grace
-        step = draining.next_step(
-            [pod_manifest(p) for p in ClusterPod.objects.filter(node_name=name)], now.timestamp(), deadline
-        )
-        for pod in step.delete:
-            cluster.delete_pod(pod.namespace, pod.name)
-        refused = [pod.key for pod in step.evict if not cluster.evict(pod.namespace, pod.name)]
-        status = step.describe(refused)
-        if status:
-            waiting.append(f"{name}: {status}")
-            continue
+        if node.instance_id not in gone:
+            status = _drain_step(disruption, node, claim, started, now, cluster)
+            if status:
+                waiting.append(f"{name}: {status}")
+                continue
+            # Upstream waits so only for a node with its one NodeClaim.
+            if now - started < MIN_DRAIN and NodeClaim.objects.filter(node_name=name).count() == 1:
+                waiting.append(f"{name}: drained; terminated once {MIN_DRAIN.seconds} s have passed since the taint")
+                continue
         if claim is not None and claim.move(
             NodeClaim.ACTIVE_STATES, NodeClaim.State.DELETING, reason=disruption.reason
         ):
@@ -386,6 +390,60 @@ def _drain(disruption: Disruption, now) -> None:
         return
     if disruption.move(Disruption.State.DRAINING, Disruption.State.DONE, finished_at=now, message=""):
         _log_step(disruption, "done", "its nodes are terminated")
+
+
+def _drain_step(disruption: Disruption, node: ClusterNode, claim, started, now, cluster) -> str | None:
+    """One step of one node's drain; what it still waits for, or None when it is drained."""
+    grace = _grace_seconds(claim, node.nodepool)
+    deadline = None if grace is None else started.timestamp() + grace
+    rows = {p.key: p for p in ClusterPod.objects.filter(node_name=node.name)}
+    step = draining.next_step([pod_manifest(p) for p in rows.values()], now.timestamp(), deadline)
+    notes = []
+    for pod in step.delete:
+        seconds = draining.deletion_grace(now.timestamp(), deadline or now.timestamp())
+        cluster.delete_pod(pod.namespace, pod.name, grace_seconds=seconds)
+        until = datetime.fromtimestamp(deadline or now.timestamp(), UTC).isoformat()
+        notes.append(events.disrupted(rows[pod.key], seconds, int(pod.grace_seconds), until))
+    refused = []
+    limits = _limits(step.evict) if step.evict else None
+    for pod in step.evict:
+        try:
+            answer = cluster.evict(pod.namespace, pod.name)
+        except ClusterError as exc:  # one pod's trouble must not stop the round: next round again
+            log.warning("disruption %s: %s", disruption.pk, exc)
+            answer = Eviction.REFUSED
+        if answer is Eviction.EVICTED:
+            notes.append(events.evicted(rows[pod.key], disruption.reason))
+        if answer:
+            continue
+        refused.append(pod.key)
+        many = limits is not None and len(limits.matching(pod.pod)) > 1
+        why = "eviction does not support multiple PDBs" if many else "evicting pod violates a PDB"
+        notes.append(events.failed_draining(node, f"{why} (Pod={pod.key})"))
+    events.record(notes, cluster)
+    return step.describe(refused)
+
+
+def _limits(pods) -> Limits:
+    """The PodDisruptionBudgets as they stand, to say why an eviction was refused."""
+    return Limits(budget_from_manifest(m, [p.pod for p in pods]) for m in _pdbs())
+
+
+def _instances_gone(disruption: Disruption) -> set[str]:
+    """Instances of the command's NotReady nodes that the cloud no longer has."""
+    from provisioning.services.cloud import get_cloud
+
+    suspects = {
+        n.instance_id for n in ClusterNode.objects.filter(name__in=disruption.nodes, ready=False) if n.instance_id
+    }
+    if not suspects:
+        return set()
+    try:
+        alive = {i.id for i in get_cloud().list_instances()}
+    except Exception as exc:  # the cloud cannot say: keep draining, ask again next round
+        log.warning("disruption %s: cannot list instances (%s)", disruption.pk, exc)
+        return set()
+    return suspects - alive
 
 
 def _log_step(disruption: Disruption, state: str, why: str) -> None:

@@ -1,7 +1,8 @@
 """The Kubernetes Events karpweb records, named and worded as Karpenter's, so ``kubectl describe``
 tells the same story: on pods (Nominated, FailedScheduling), on nodes and NodeClaims chosen
-for disruption (DisruptionLaunching, DisruptionWaitingReadiness, DisruptionTerminating) and on
-nodes that may not be disrupted now (DisruptionBlocked)."""
+for disruption (DisruptionLaunching, DisruptionWaitingReadiness, DisruptionTerminating), on
+nodes that may not be disrupted now (DisruptionBlocked), and the drain's, as upstream's
+terminator words them (Evicted and Disrupted on pods, FailedDraining on nodes)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,25 @@ def terminating(node: ClusterNode, reason: str) -> list[ObjectEvent]:
 
 def blocked(node: ClusterNode, why: str) -> ObjectEvent:
     return ObjectEvent(node_ref(node), NORMAL, "DisruptionBlocked", why[:1].upper() + why[1:])
+
+
+def evicted(pod: ClusterPod, reason: str) -> ObjectEvent:
+    """On a pod the drain evicted."""
+    return ObjectEvent(pod_ref(pod), NORMAL, "Evicted", f"Evicted pod: {reason}")
+
+
+def disrupted(pod: ClusterPod, granted: int, own: int, deadline: str) -> ObjectEvent:
+    """On a pod deleted at its node's terminationGracePeriod, past its PDB and do-not-disrupt."""
+    return ObjectEvent(
+        pod_ref(pod),
+        NORMAL,
+        "Disrupted",
+        f"Deleting the pod to accommodate the terminationTime {deadline} of the node. The pod was granted "
+        f"{granted} seconds of grace-period of its {own} terminationGracePeriodSeconds. This bypasses the PDB of "
+        "the pod and the do-not-disrupt annotation.",
+    )
+
+
+def failed_draining(node: ClusterNode, why: str) -> ObjectEvent:
+    """On a node whose drain a refused eviction holds up."""
+    return ObjectEvent(node_ref(node), WARNING, "FailedDraining", f"Failed to drain node, {why}")

@@ -106,14 +106,14 @@ class RecordingCluster(SimulatedCluster):
         self.deleted_pods: list[str] = []
         self.events: list[Any] = []
 
-    def evict(self, namespace: str, name: str) -> bool:
+    def evict(self, namespace: str, name: str):
         granted = super().evict(namespace, name)
         (self.evictions if granted else self.refused).append(f"{namespace}/{name}")
         return granted
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         self.deleted_pods.append(f"{namespace}/{name}")
-        super().delete_pod(namespace, name)
+        super().delete_pod(namespace, name, grace_seconds)
 
     def record_event(self, event: Any) -> None:
         self.events.append(event)

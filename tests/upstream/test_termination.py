@@ -306,14 +306,6 @@ def test_should_not_race_if_deleting_nodes_in_parallel(env):
     assert sorted(env.cloud.terminated) == sorted(c.instance_id for c in claims)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the drain taints and cordons the node but never labels it "
-        "node.kubernetes.io/exclude-from-external-load-balancers=karpenter, which upstream's Taint adds so load "
-        "balancers stop sending traffic to a draining node"
-    ),
-)
 def test_should_exclude_nodes_from_load_balancers_when_terminating(env):
     """Termination / Reconciliation / should exclude nodes from load balancers when terminating"""
     node = env.node()
@@ -468,15 +460,6 @@ def test_should_evict_non_critical_pods_first(env):
     assert node not in env.node_names()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb reads a pod's owner only from the ownerReference with controller: true (podspec.pod_from_manifest), "
-        "so a pod whose ownerReference is {apiVersion: v1, kind: Node} without a controller field is not seen as a "
-        "static pod and the drain evicts it; upstream's IsOwnedByNode matches any ownerReference of that apiVersion "
-        "and kind (kubelet's mirror pods do set controller: true, which karpweb handles)"
-    ),
-)
 def test_should_not_evict_static_pods(env):
     """Termination / Reconciliation / should not evict static pods
 
@@ -541,13 +524,6 @@ def _instance_gone_while_draining(env: DisruptionEnv, *, ready: bool) -> str:
     return node
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the drain never asks the cloud whether the node's instance still exists: a NotReady node whose instance is "
-        "gone keeps waiting for its terminating pod (nothing will ever finish it); upstream removes such a node at once"
-    ),
-)
 def test_should_delete_nodes_with_no_underlying_instance_even_if_not_fully_drained(env):
     """Termination / Reconciliation / should delete nodes with no underlying instance even if not fully drained"""
     node = _instance_gone_while_draining(env, ready=False)
@@ -560,14 +536,6 @@ def test_should_not_delete_nodes_with_no_underlying_instance_if_the_node_is_stil
     assert node in env.node_names()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "drain.waited_for lacks upstream's IsStuckTerminating: a pod terminating for more than a minute past its "
-        "deletionTimestamp is still waited for, so the node is never deleted (karpweb's Pod keeps only a `deleting` "
-        "flag, not the timestamp to tell)"
-    ),
-)
 def test_should_bypass_pods_which_are_stuck_terminating_past_their_grace_period(env):
     """Termination / Reconciliation / should bypass pods which are stuck terminating past their grace period
 
@@ -646,14 +614,6 @@ def test_should_only_delete_pods_when_their_terminationgraceperiodseconds_is_les
     assert env.cluster.deleted_pods == [pod]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the drain deletes a pod past the deadline with Cluster.delete_pod(namespace, name), which passes no grace "
-        "period: the pod keeps its own terminationGracePeriodSeconds (here 6000 s) and outlives the node's deadline; "
-        "upstream deletes it with gracePeriodSeconds set to the node's remaining terminationGracePeriod (~210 s)"
-    ),
-)
 def test_should_update_deletion_timestamp_for_terminating_pods_when_it_is_after_node_deletion_timestamp(env):
     """Termination / Reconciliation / should update deletion timestamp for terminating pods when it is after node deletion timestamp"""
     node = env.node(claim_spec={"terminationGracePeriod": "300s"})
@@ -669,14 +629,6 @@ def test_should_update_deletion_timestamp_for_terminating_pods_when_it_is_after_
     assert grace is not None and grace == pytest.approx(210, abs=15)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb has no minimum drain time: the round that taints an empty node also terminates it, so a pod the "
-        "kube-scheduler binds before it sees the taint is not drained; upstream keeps the node Drained=Unknown for "
-        "MinDrainTime (5 s) after it taints it"
-    ),
-)
 def test_should_not_finish_draining_until_mindraintime_has_passed(env):
     """Termination / Reconciliation / should not finish draining until minDrainTime has passed"""
     node = env.node()

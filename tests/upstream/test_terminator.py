@@ -103,13 +103,6 @@ def test_should_succeed_with_no_event_when_the_pod_is_not_found(env):
     assert node not in env.node_names()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the drain records no event on a pod it evicts (services/events.py has none); upstream publishes a Normal "
-        "'Evicted' event, 'Evicted pod: <reason>', on the pod"
-    ),
-)
 def test_should_succeed_with_an_evicted_event_when_there_are_no_pdbs(env):
     """Eviction/Queue / Eviction API / should succeed with an evicted event when there are no PDBs
 
@@ -122,13 +115,6 @@ def test_should_succeed_with_an_evicted_event_when_there_are_no_pdbs(env):
     assert len(events_of(env, "Evicted", "Pod", pod_name(pod))) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the drain records no event on a pod it evicts (services/events.py has none); upstream publishes a Normal "
-        "'Evicted' event on the pod"
-    ),
-)
 def test_should_succeed_with_no_event_when_there_are_pdbs_that_allow_an_eviction(env):
     """Eviction/Queue / Eviction API / should succeed with no event when there are PDBs that allow an eviction
 
@@ -143,14 +129,6 @@ def test_should_succeed_with_no_event_when_there_are_pdbs_that_allow_an_eviction
     assert len(events_of(env, "Evicted", "Pod", pod_name(pod))) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a refused eviction is only written into the Disruption's message ('refused by a PodDisruptionBudget'); "
-        "upstream publishes a Warning 'FailedDraining' event on the node, 'Failed to drain node, ... evicting pod "
-        "violates a PDB'"
-    ),
-)
 def test_should_return_a_nodedrainerror_event_when_a_pdb_is_blocking(env):
     """Eviction/Queue / Eviction API / should return a NodeDrainError event when a PDB is blocking
 
@@ -169,13 +147,6 @@ def test_should_return_a_nodedrainerror_event_when_a_pdb_is_blocking(env):
     assert env.cluster.refused == [pod, pod]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a refused eviction is only written into the Disruption's message; upstream publishes a Warning "
-        "'FailedDraining' event on the node, '... eviction does not support multiple PDBs'"
-    ),
-)
 def test_should_return_a_nodedrainerror_event_when_two_pdbs_refer_to_the_same_pod(env):
     """Eviction/Queue / Eviction API / should return a NodeDrainError event when two PDBs refer to the same pod
 
@@ -195,14 +166,6 @@ def test_should_return_a_nodedrainerror_event_when_two_pdbs_refer_to_the_same_po
 # ------------------------------------------------------------------ Pod Force-Delete via Queue
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the drain records no event on a pod it deletes at the deadline; upstream publishes a Normal 'Disrupted' "
-        "event on the pod ('Deleting the pod to accommodate the terminationTime ... of the node. The pod was granted "
-        "N seconds of grace-period ...')"
-    ),
-)
 def test_should_force_delete_a_pod_via_the_queue_bypassing_pdbs(env):
     """Eviction/Queue / Pod Force-Delete via Queue / should force-delete a pod via the queue, bypassing PDBs
 
@@ -220,13 +183,6 @@ def test_should_force_delete_a_pod_via_the_queue_bypassing_pdbs(env):
     assert len(events_of(env, "Disrupted", "Pod", pod_name(pod))) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the drain records no event on a pod it deletes at the deadline; upstream publishes a Normal 'Disrupted' "
-        "event on the pod"
-    ),
-)
 def test_should_upgrade_a_pod_already_enqueued_for_eviction_to_force_delete(env):
     """Eviction/Queue / Pod Force-Delete via Queue / should upgrade a pod already enqueued for eviction to force-delete
 
@@ -268,15 +224,6 @@ def test_should_clean_up_the_queue_entry_when_the_pod_is_already_gone(env):
     assert node not in env.node_names()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the drain deletes a pod past the deadline with Cluster.delete_pod(namespace, name), which takes no grace "
-        "period: with the deadline an hour gone the pod still gets its own 120 s; upstream deletes it with "
-        "gracePeriodSeconds = max(remaining, 1) = 1 and says so in a 'Disrupted' event ('granted 1 seconds of "
-        "grace-period'), which karpweb does not record either"
-    ),
-)
 def test_should_clamp_graceperiodseconds_to_1_when_nodeterminationtime_is_in_the_past(env):
     """Eviction/Queue / Pod Force-Delete via Queue / should clamp gracePeriodSeconds to >= 1 when nodeTerminationTime is in the past
 
