@@ -45,7 +45,9 @@ ReplicaSet unless the test says otherwise (upstream's have no requests).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -932,3 +934,927 @@ def test_wont_replace_on_demand_node_if_on_demand_replacement_is_more_expensive(
     env.step()
     assert env.disruptions() == []
     assert len(live_claims()) == 1 and env.node_names() == {node}
+
+
+# ------------------------------------------------------------------ Delete
+#
+# Two nodes of leastExpensiveInstance (upstream: 32 cpu and 100 pods allocatable): t4g.micro in
+# an on-demand NodePool, so no replacement is cheaper and only deleting a node saves anything.
+
+
+def _delete_pool(env: DisruptionEnv, **options: Any) -> None:
+    env.apply(pool(requirements=[ON_DEMAND], **options))
+
+
+def _two_cheap(env: DisruptionEnv, **options: Any) -> list[str]:
+    return [env.node(instance_type=CHEAP, **options) for _ in range(2)]
+
+
+def _two_one(env: DisruptionEnv, nodes: Sequence[str], **options: Any) -> list[str]:
+    """Upstream's three pods: two on the first node, one on the second."""
+    return [
+        env.pod(node=nodes[0], labels=LABELS, **options),
+        env.pod(node=nodes[0], labels=LABELS, **options),
+        env.pod(node=nodes[1], labels=LABELS, **options),
+    ]
+
+
+def _assert_deleted(env: DisruptionEnv, gone: str, kept: Iterable[str]) -> None:
+    """The node is deleted without replacement; the others stay."""
+    assert gone not in env.node_names() and claim_of(gone).state == NodeClaim.State.TERMINATED
+    assert set(kept) <= env.node_names()
+    assert {c.node_name for c in live_claims()} == env.node_names() & {c.node_name for c in live_claims()}
+    assert all(c.disruption_id is None for c in live_claims())
+
+
+def test_can_delete_nodes(env):
+    """Consolidation / Delete / can delete nodes"""
+    _delete_pool(env)
+    nodes = _two_cheap(env)
+    pods = _two_one(env, nodes)
+    command = carry_out(env)
+    assert command.nodes == [nodes[1]] and replacements_of(command) == []
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[0]}
+    _assert_deleted(env, nodes[1], [nodes[0]])
+    assert all(env.node_of(p) == nodes[0] for p in pods)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "when a node of a planned emptiness command gains a pod during the 15 s wait, karpweb's re-check cancels "
+        "the whole command (its nodes must all still be empty) and plans the still-empty ones anew, to be deleted "
+        "only after another 15 s; upstream's emptiness validator drops the node that churned and deletes the "
+        "others at once"
+    ),
+)
+def test_does_not_delete_nodes_with_pod_churn_deletes_nodes_without_pod_churn(env):
+    """Consolidation / Delete / does not delete nodes with pod churn, deletes nodes without pod churn
+
+    Upstream's test validator binds a pod to the first node (by name) while the emptiness command
+    is validated; here the pod binds during the 15 s wait."""
+    _delete_pool(env)
+    nodes = sorted(_two_cheap(env))
+    env.step()
+    (planned,) = env.disruptions()
+    assert planned.reason == "Empty" and set(planned.nodes) == set(nodes)
+    env.pod(node=nodes[0], labels=LABELS)
+    env.step()  # the re-check
+    going = [d for d in env.disruptions() if d.state in (Disruption.State.DRAINING, Disruption.State.DONE)]
+    assert [(d.reason, d.nodes) for d in going] == [("Empty", [nodes[1]])]
+    assert nodes[0] in env.node_names()
+
+
+def test_can_delete_nodes_if_another_nodepool_has_no_node_template(env):
+    """Consolidation / Delete / can delete nodes if another nodePool has no node template
+
+    Upstream builds a NodePool without nodeClassRef and never applies it (the CRD requires it);
+    karpweb's validator refuses it too, and the deletion goes ahead."""
+    from provisioning.services.policy import Invalid
+
+    _delete_pool(env)
+    no_template = node_pool("no-node-class")
+    del no_template["spec"]["template"]["spec"]["nodeClassRef"]
+    with pytest.raises(Invalid):
+        env.apply(no_template)
+    nodes = _two_cheap(env)
+    _two_one(env, nodes)
+    command = carry_out(env)
+    assert command.nodes == [nodes[1]] and replacements_of(command) == []
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[0]}
+
+
+def test_can_delete_nodes_when_non_karpenter_capacity_can_fit_pods(env):
+    """Consolidation / Delete / can delete nodes, when non-Karpenter capacity can fit pods
+
+    The unmanaged node (upstream: 32 cpu, 100 pods) is an m5.8xlarge without NodePool or NodeClaim."""
+    _delete_pool(env)
+    node = env.node(instance_type=CHEAP)
+    unmanaged = unmanaged_node(env, DEAR)
+    pods = env.pods(3, node=node, labels=LABELS)
+    command = carry_out(env)
+    assert command.nodes == [node] and replacements_of(command) == []
+    assert live_claims() == []
+    assert env.node_names() == {unmanaged}
+    assert all(env.node_of(p) == unmanaged for p in pods)
+
+
+def test_can_delete_nodes_considers_pdb(env):
+    """Consolidation / Delete / can delete nodes, considers PDB
+
+    Only the pod of the second node is covered by the PodDisruptionBudget (maxUnavailable 0)."""
+    _delete_pool(env)
+    nodes = _two_cheap(env)
+    env.pods(2, node=nodes[0])
+    env.pod(node=nodes[1], labels=LABELS)
+    env.pdb(labels=LABELS, max_unavailable=0)
+    command = carry_out(env)
+    assert command.nodes == [nodes[0]] and replacements_of(command) == []
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[1]}
+
+
+def test_can_delete_nodes_considers_karpentershdo_not_disrupt_set_to_true_on_nodes(env):
+    """Consolidation / Delete / can delete nodes, considers karpenter.sh/do-not-disrupt set to true on nodes"""
+    _delete_pool(env)
+    plain = env.node(instance_type=CHEAP)
+    annotated = env.node(
+        instance_type=CHEAP, annotations={DO_NOT_DISRUPT: "true"}, claim_annotations={DO_NOT_DISRUPT: "true"}
+    )
+    _two_one(env, [plain, annotated])
+    command = carry_out(env)
+    assert command.nodes == [plain]
+    assert len(live_claims()) == 1 and env.node_names() == {annotated}
+
+
+def test_can_delete_nodes_considers_karpentershdo_not_disrupt_set_to_true_on_pods(env):
+    """Consolidation / Delete / can delete nodes, considers karpenter.sh/do-not-disrupt set to true on pods"""
+    _delete_pool(env)
+    nodes = _two_cheap(env)
+    env.pods(2, node=nodes[0], labels=LABELS)
+    env.pod(node=nodes[1], labels=LABELS, annotations={DO_NOT_DISRUPT: "true"})
+    command = carry_out(env)
+    assert command.nodes == [nodes[0]]
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[1]}
+
+
+def test_does_not_consolidate_nodes_with_karpentershdo_not_disrupt_set_to_true_on_pods_when_the_nodepools_terminationgraceperiod_is_not_nil(
+    env,
+):
+    """Consolidation / Delete / does not consolidate nodes with karpenter.sh/do-not-disrupt set to true on pods when the NodePool's TerminationGracePeriod is not nil
+
+    The NodeClaims have terminationGracePeriod 300s, as upstream's."""
+    _delete_pool(env)
+    nodes = _two_cheap(env, claim_spec={"terminationGracePeriod": "300s"})
+    _two_one(env, nodes, annotations={DO_NOT_DISRUPT: "true"})
+    env.step()
+    assert env.disruptions() == []
+    assert len(live_claims()) == 2 and env.node_names() == set(nodes)
+
+
+def test_does_not_consolidate_nodes_with_pods_with_blocking_pdbs_when_the_nodepools_terminationgraceperiod_is_not_nil(
+    env,
+):
+    """Consolidation / Delete / does not consolidate nodes with pods with blocking PDBs when the NodePool's TerminationGracePeriod is not nil"""
+    _delete_pool(env)
+    nodes = _two_cheap(env, claim_spec={"terminationGracePeriod": "300s"})
+    _two_one(env, nodes)
+    env.pdb(labels=LABELS, max_unavailable=0)
+    env.step()
+    assert env.disruptions() == []
+    assert len(live_claims()) == 2 and env.node_names() == set(nodes)
+
+
+def test_does_not_consolidate_nodes_with_pods_that_have_a_duration_based_do_not_disrupt_annotation_that_is_still_active(
+    env,
+):
+    """Consolidation / Delete / does not consolidate nodes with pods that have a duration-based do-not-disrupt annotation that is still active
+
+    The pod of the second node has do-not-disrupt "2m" and started now."""
+    _delete_pool(env)
+    nodes = _two_cheap(env)
+    env.pods(2, node=nodes[0], labels=LABELS)
+    env.pod(node=nodes[1], labels=LABELS, annotations={DO_NOT_DISRUPT: "2m"})
+    command = carry_out(env)
+    assert command.nodes == [nodes[0]]
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[1]}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a duration do-not-disrupt never runs out on the simulated cluster: pod_manifest writes a bound pod's "
+        "status as just {phase: Running}, without status.startTime (the row's bound_at), so "
+        "eviction.do_not_disrupt_active sees a pod not started yet and keeps protecting it; upstream counts the "
+        "2m from the pod's start and consolidates once it has passed"
+    ),
+)
+def test_can_consolidate_nodes_after_duration_based_do_not_disrupt_annotation_expires(env):
+    """Consolidation / Delete / can consolidate nodes after duration-based do-not-disrupt annotation expires"""
+    _delete_pool(env)
+    nodes = _two_cheap(env)
+    _two_one(env, nodes, annotations={DO_NOT_DISRUPT: "2m"})
+    env.step()
+    assert env.disruptions() == []
+    assert len(live_claims()) == 2 and env.node_names() == set(nodes)
+    env.advance(180)
+    env.step()
+    assert len(env.disruptions()) == 1
+
+
+def test_can_delete_nodes_considers_invalid_do_not_disrupt_annotation_format_as_not_blocking(env):
+    """Consolidation / Delete / can delete nodes, considers invalid do-not-disrupt annotation format as not blocking"""
+    _delete_pool(env)
+    nodes = _two_cheap(env)
+    env.pods(2, node=nodes[0], labels=LABELS)
+    env.pod(node=nodes[1], labels=LABELS, annotations={DO_NOT_DISRUPT: "invalid-format"})
+    command = carry_out(env)
+    assert command.nodes == [nodes[1]]
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[0]}
+
+
+def test_can_delete_nodes_evicts_pods_without_an_ownerref(env):
+    """Consolidation / Delete / can delete nodes, evicts pods without an ownerRef"""
+    _delete_pool(env)
+    nodes = _two_cheap(env)
+    env.pods(2, node=nodes[0])
+    bare = env.pod(node=nodes[1], owner=None)
+    command = carry_out(env)
+    assert command.nodes == [nodes[1]]
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[0]}
+    assert bare in env.cluster.evictions
+
+
+def test_wont_delete_node_if_it_would_require_pods_to_schedule_on_an_uninitialized_node(env):
+    """Consolidation / Delete / won't delete node if it would require pods to schedule on an uninitialized node
+
+    Upstream's events "Not all pods would schedule" and "would schedule against uninitialized
+    nodeclaim" are the second node's note."""
+    _delete_pool(env)
+    uninitialized = env.node(instance_type=CHEAP, initialized=False)
+    initialized = env.node(instance_type=CHEAP)
+    _two_one(env, [uninitialized, initialized])
+    env.step()
+    assert env.disruptions() == []
+    assert env.node_names() == {uninitialized, initialized}
+    assert f"would move onto node {uninitialized}, which is not initialized yet" in env.note(initialized)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "karpweb's consolidation simulation places a removed node's pods on any existing node, even one whose pods "
+        "changed within consolidateAfter; upstream's scheduler (enforceConsolidateAfter) does not move non-pending "
+        "pods onto a node still under its consolidateAfter window, so the delete waits until the window passes"
+    ),
+)
+def test_should_not_consolidate_pods_onto_a_destination_node_that_is_under_its_consolidateafter_window(env):
+    """Consolidation / Delete / should not consolidate pods onto a destination node that is under its consolidateAfter window
+
+    consolidateAfter 1m. Upstream forces both NodeClaims Consolidatable and initializes them now,
+    so only the destination check stops the delete; karpweb has no such condition (a node is a
+    candidate once consolidateAfter has passed since its pods last changed), so here the second
+    node (one pod) changed 2 minutes ago and the first (the destination) just now."""
+    _delete_pool(env, consolidate_after="1m")
+    destination = env.node(instance_type=CHEAP, age=timedelta(0))
+    source = env.node(instance_type=CHEAP, age=timedelta(minutes=2))
+    _two_one(env, [destination, source])
+    env.step()
+    assert env.disruptions() == []
+    assert env.node_names() == {destination, source}
+    env.advance(120)
+    command = carry_out(env)
+    assert command.nodes == [source]
+    assert len(live_claims()) == 1 and env.node_names() == {destination}
+
+
+def test_should_consolidate_pods_onto_a_destination_node_with_consolidateafter_set_to_never(env):
+    """Consolidation / Delete / should consolidate pods onto a destination node with consolidateAfter set to Never"""
+    _delete_pool(env)
+    env.apply(pool("destination", requirements=[ON_DEMAND], consolidate_after="Never"))
+    source = env.node(instance_type=CHEAP)
+    destination = env.node(instance_type=CHEAP, nodepool="destination", age=timedelta(0))
+    pod = env.pod(node=source, labels=LABELS)
+    command = carry_out(env)
+    assert command.nodes == [source]
+    assert len(live_claims()) == 1 and env.node_names() == {destination}
+    assert env.node_of(pod) == destination
+
+
+def test_should_replace_a_node_with_a_cheaper_one_even_when_consolidateafter_has_not_expired(env):
+    """Consolidation / Delete / should replace a node with a cheaper one even when consolidateAfter has not expired
+
+    The suite's NodePool (both capacity types) with consolidateAfter 1m; the node initialized now,
+    then 2 minutes pass."""
+    env.apply(pool(consolidate_after="1m"))
+    node = env.node(instance_type=DEAR, age=timedelta(0))
+    env.pod(node=node, labels=LABELS)
+    env.advance(120)
+    command = carry_out(env)
+    assert command.nodes == [node]
+    _assert_replaced(env, node)
+
+
+def test_should_consider_initialized_nodes_before_uninitialized_nodes(env):
+    """Consolidation / Delete / should consider initialized nodes before uninitialized nodes
+
+    Upstream's default-instance-type (3 cpu, 3Gi) and small-instance-type (1 cpu, 1Gi) in an
+    on-demand NodePool: t4g.xlarge (3.92 cpu allocatable, the cheapest on-demand type with room for
+    a 2-cpu pod) and t3.small. A hundred t4g.xlarge nodes hold a 2-cpu / 2Gi pod each, one of them
+    initialized; the t3.small's 1-cpu / 1Gi pod fits only beside one of them."""
+    _delete_pool(env)
+    count = 100
+    initialized = 57  # upstream picks one at random
+    nodes = []
+    for i in range(count):
+        node = env.node(instance_type="t4g.xlarge", initialized=i == initialized)
+        env.pod(node=node, labels=LABELS, cpu="2", memory="2Gi")
+        nodes.append(node)
+    small = env.node(instance_type="t3.small")
+    pod = env.pod(node=small, labels=LABELS, cpu="1", memory="1Gi")
+    env.step()
+    (command,) = env.disruptions()
+    assert command.nodes == [small]
+    assert "not initialized" not in env.note(nodes[initialized])
+    carry_out(env)
+    assert len(live_claims()) == count and env.node_names() == set(nodes)
+    assert env.node_of(pod) == nodes[initialized]
+
+
+def test_can_delete_nodes_with_a_permanently_pending_pod(env):
+    """Consolidation / Delete / can delete nodes with a permanently pending pod"""
+    _delete_pool(env)
+    nodes = _two_cheap(env)
+    _two_one(env, nodes)
+    pending = env.pod(spec={"nodeSelector": {"non-existent": "node-label"}}, owner=None)
+    command = carry_out(env)
+    assert command.nodes == [nodes[1]]
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[0]}
+    assert env.node_of(pending) == ""
+
+
+def test_wont_delete_nodes_if_it_would_make_a_non_pending_pod_go_pending(env):
+    """Consolidation / Delete / won't delete nodes if it would make a non-pending pod go pending"""
+    _delete_pool(env)
+    first = env.node(instance_type=CHEAP, labels={"foo": "1"})
+    second = env.node(instance_type=CHEAP, labels={"foo": "2"})
+    env.pods(2, node=first, labels=LABELS, spec={"nodeSelector": {"foo": "1"}})
+    env.pod(node=second, labels=LABELS, spec={"nodeSelector": {"foo": "2"}})
+    env.step()
+    env.step()
+    assert env.disruptions() == []
+    assert len(live_claims()) == 2 and env.node_names() == {first, second}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a NodePool whose nodeClassRef names an EC2NodeClass that does not exist still offers instance types: the "
+        "disruption round reads its rows with simulate's reader, which gives such a NodePool the AL2023 defaults "
+        "(services/simulate.py _nodepool_input), so consolidation replaces both nodes with one t3.micro spot "
+        "NodeClaim of bad-nodepool; upstream's NodePool without its NodeClass offers nothing (GetInstanceTypes "
+        "fails) and the default NodePool's delete of the one-pod node goes ahead"
+    ),
+)
+def test_can_delete_nodes_while_an_invalid_node_pool_exists(env):
+    """Consolidation / Delete / can delete nodes while an invalid node pool exists
+
+    Upstream's bad NodePool references a NodeClass that does not exist (its cloud provider errors
+    listing its instance types): here an EC2NodeClass that does not exist."""
+    _delete_pool(env)
+    bad = pool("bad-nodepool")
+    bad["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "non-existent"
+    env.apply(bad)
+    nodes = _two_cheap(env)
+    _two_one(env, nodes)
+    command = carry_out(env)
+    assert command.nodes == [nodes[1]]
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[0]}
+
+
+# ------------------------------------------------------------------ TTL
+#
+# Upstream's real validator waits (the fake clock's 30 s); karpweb re-checks a command 15 s after
+# planning it. Two m5.8xlarge nodes (mostExpensiveInstance) unless a test changes them.
+
+
+def _waiting(env: DisruptionEnv, seconds: float = 10.0) -> Disruption:
+    """One round plans; ``seconds`` later (under 15 s) the command still waits for its re-check."""
+    env.step(seconds)
+    (command,) = env.disruptions()
+    env.step(0)
+    command.refresh_from_db()
+    assert command.state == Disruption.State.PLANNED
+    return command
+
+
+def test_should_wait_for_the_node_ttl_for_non_empty_nodes_before_consolidating(env):
+    """Consolidation / TTL / should wait for the node TTL for non-empty nodes before consolidating
+
+    Both nodes changed to leastExpensiveInstance (t4g.micro in an on-demand NodePool)."""
+    _delete_pool(env)
+    nodes = _two_cheap(env)
+    _two_one(env, nodes)
+    command = _waiting(env)
+    assert env.node_names() == set(nodes) and len(live_claims()) == 2
+    env.advance(16)
+    carry_out(env)
+    command.refresh_from_db()
+    assert command.state == Disruption.State.DONE and command.nodes == [nodes[1]]
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[0]}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "karpweb's re-check keeps a replace command when the fresh plan replaces the same nodes for the same reason, "
+        "and launches the fresh plan's replacement even though its instance types changed (now sized for two 1-cpu "
+        "pods); upstream's validator requires the planned replacement's instance types to be a subset of the "
+        "re-simulation's and drops the command otherwise"
+    ),
+)
+def test_should_not_consolidate_if_the_action_picks_different_instance_types_after_the_node_ttl_wait(env):
+    """Consolidation / TTL / should not consolidate if the action picks different instance types after the node TTL wait
+
+    One m5.8xlarge with a 1-cpu pod: replaced by a smaller node; during the wait a second 1-cpu pod
+    lands on it, so the types that hold the pods are no longer those planned."""
+    env.apply(pool())
+    node = env.node(instance_type=DEAR)
+    env.pod(node=node, labels=LABELS, cpu="1")
+    _waiting(env)
+    env.pod(node=node, labels=LABELS, cpu="1")
+    env.advance(16)
+    env.step()
+    env.step()
+    assert len(live_claims()) == 1 and env.node_names() == {node}
+
+
+def test_should_not_consolidate_if_the_action_becomes_invalid_during_the_node_ttl_wait(env):
+    """Consolidation / TTL / should not consolidate if the action becomes invalid during the node TTL wait
+
+    The node is empty (emptiness plans it); during the wait a do-not-disrupt pod binds to it."""
+    env.apply(pool())
+    node = env.node(instance_type=DEAR)
+    command = _waiting(env)
+    assert command.reason == "Empty"
+    env.pod(node=node, annotations={DO_NOT_DISRUPT: "true"}, owner=None)
+    env.advance(16)
+    env.step()
+    command.refresh_from_db()
+    assert command.state == Disruption.State.CANCELLED
+    assert env.disruptions(Disruption.State.PLANNED, Disruption.State.REPLACING, Disruption.State.DRAINING) == []
+    assert len(live_claims()) == 1 and env.node_names() == {node}
+
+
+def _blocked_during_wait(env: DisruptionEnv, nodes: Sequence[str], block) -> None:
+    command = _waiting(env)
+    block()
+    assert len(live_claims()) == len(nodes) and env.node_names() == set(nodes)
+    env.advance(16)
+    env.step()
+    env.step()
+    command.refresh_from_db()
+    assert command.state == Disruption.State.CANCELLED
+    assert replacements_of(command) == []
+    assert env.disruptions(Disruption.State.REPLACING, Disruption.State.DRAINING, Disruption.State.DONE) == []
+    assert len(live_claims()) == len(nodes) and env.node_names() == set(nodes)
+
+
+def test_should_not_replace_node_if_a_pod_schedules_with_karpentershdo_not_disrupt_set_to_true_during_the_ttl_wait(env):
+    """Consolidation / TTL / should not replace node if a pod schedules with karpenter.sh/do-not-disrupt set to true during the TTL wait"""
+    env.apply(pool())
+    node = env.node(instance_type=DEAR)
+    env.pod(node=node, owner=None)
+    _blocked_during_wait(env, [node], lambda: env.pod(node=node, annotations={DO_NOT_DISRUPT: "true"}, owner=None))
+
+
+def test_should_not_replace_node_if_a_pod_schedules_with_a_blocking_pdb_during_the_ttl_wait(env):
+    """Consolidation / TTL / should not replace node if a pod schedules with a blocking PDB during the TTL wait"""
+    env.apply(pool())
+    node = env.node(instance_type=DEAR)
+    env.pod(node=node, owner=None)
+
+    def block() -> None:
+        env.pdb(labels=LABELS, max_unavailable=0)
+        env.pod(node=node, labels=LABELS, owner=None)
+
+    _blocked_during_wait(env, [node], block)
+
+
+def test_should_not_delete_node_if_pods_schedule_with_karpentershdo_not_disrupt_set_to_true_during_the_ttl_wait(env):
+    """Consolidation / TTL / should not delete node if pods schedule with karpenter.sh/do-not-disrupt set to true during the TTL wait"""
+    env.apply(pool())
+    nodes = [env.node(instance_type=DEAR) for _ in range(2)]
+    for node in nodes:
+        env.pod(node=node, owner=None)
+
+    def block() -> None:
+        for node in nodes:
+            env.pod(node=node, annotations={DO_NOT_DISRUPT: "true"}, owner=None)
+
+    _blocked_during_wait(env, nodes, block)
+
+
+def test_should_not_delete_node_if_pods_schedule_with_a_blocking_pdb_during_the_ttl_wait(env):
+    """Consolidation / TTL / should not delete node if pods schedule with a blocking PDB during the TTL wait"""
+    env.apply(pool())
+    nodes = [env.node(instance_type=DEAR) for _ in range(2)]
+    for node in nodes:
+        env.pod(node=node, owner=None)
+
+    def block() -> None:
+        env.pdb(labels=LABELS, max_unavailable=0)
+        for node in nodes:
+            env.pod(node=node, labels=LABELS, owner=None)
+
+    _blocked_during_wait(env, nodes, block)
+
+
+# ------------------------------------------------------------------ Multi-NodeClaim
+#
+# Three m5.8xlarge nodes, on demand or spot (us-east-1a).
+
+
+def _merge_three(env: DisruptionEnv, capacity_types: Sequence[str]) -> None:
+    env.apply(pool())
+    nodes = [env.node(instance_type=DEAR, capacity_type=ct) for ct in capacity_types]
+    for node in nodes:
+        env.pod(node=node, labels=LABELS)
+    command = carry_out(env)
+    assert set(command.nodes) == set(nodes) and len(replacements_of(command)) == 1
+    assert len(live_claims()) == 1 and len(env.node_names()) == 1
+    assert not set(nodes) & env.node_names()
+
+
+def test_can_merge_3_nodes_into_1_if_the_candidate_is_on_demand_node(env):
+    """Consolidation / Multi-NodeClaim / can merge 3 nodes into 1 / if the candidate is on-demand node"""
+    _merge_three(env, ["on-demand"] * 3)
+
+
+def test_can_merge_3_nodes_into_1_if_the_candidate_is_spot_node(env):
+    """Consolidation / Multi-NodeClaim / can merge 3 nodes into 1 / if the candidate is spot node"""
+    _merge_three(env, ["spot"] * 3)
+
+
+def test_can_merge_3_nodes_into_1_if_the_candidates_have_both_spot_and_on_demand(env):
+    """Consolidation / Multi-NodeClaim / can merge 3 nodes into 1 if the candidates have both spot and on-demand"""
+    _merge_three(env, ["on-demand", "on-demand", "spot"])
+
+
+def _same_type(env: DisruptionEnv, spot: bool) -> None:
+    """Two nodes of the cheapest type (one pod, two pods): merging them into one node of that type
+    is no better than deleting the one-pod node, which is what happens."""
+    if spot:
+        env.apply(pool(requirements=[SPOT_ONLY]))
+        nodes = [env.node(instance_type=CHEAP_SPOT, capacity_type="spot") for _ in range(2)]
+    else:
+        _delete_pool(env)
+        nodes = _two_cheap(env)
+    env.pod(node=nodes[0], labels=LABELS)
+    env.pods(2, node=nodes[1], labels=LABELS)
+    command = carry_out(env)
+    assert command.nodes == [nodes[0]] and replacements_of(command) == []
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[1]}
+
+
+def test_wont_merge_2_nodes_into_1_of_the_same_type_if_the_candidate_is_on_demand_node(env):
+    """Consolidation / Multi-NodeClaim / won't merge 2 nodes into 1 of the same type / if the candidate is on-demand node
+
+    (Upstream's entries swap the node sets: the on-demand entry uses spot nodes and the spot entry
+    on-demand ones; here each entry has the nodes its name says.) Two t4g.micro on demand in an
+    on-demand NodePool."""
+    _same_type(env, spot=False)
+
+
+def test_wont_merge_2_nodes_into_1_of_the_same_type_if_the_candidate_is_spot_node(env):
+    """Consolidation / Multi-NodeClaim / won't merge 2 nodes into 1 of the same type / if the candidate is spot node
+
+    Two t3.micro spot in us-east-1a in a spot NodePool."""
+    _same_type(env, spot=True)
+
+
+def _multi_ttl(env: DisruptionEnv, capacity_type: str) -> None:
+    env.apply(pool())
+    nodes = [env.node(instance_type=DEAR, capacity_type=capacity_type) for _ in range(2)]
+    env.pods(2, node=nodes[0], labels=LABELS)
+    env.pod(node=nodes[1], labels=LABELS)
+    command = _waiting(env)
+    assert set(command.nodes) == set(nodes)
+    assert len(live_claims()) == 2 and env.node_names() == set(nodes)
+    env.advance(16)
+    carry_out(env)
+    command.refresh_from_db()
+    assert command.state == Disruption.State.DONE and len(replacements_of(command)) == 1
+    assert len(live_claims()) == 1 and not set(nodes) & env.node_names()
+
+
+def test_should_wait_for_the_node_ttl_for_non_empty_nodes_before_consolidating_multi_node_if_the_candidate_is_on_demand_node(
+    env,
+):
+    """Consolidation / Multi-NodeClaim / should wait for the node TTL for non-empty nodes before consolidating (multi-node) / if the candidate is on-demand node
+
+    (Upstream's entries swap the node sets; here each has the nodes its name says.)"""
+    _multi_ttl(env, "on-demand")
+
+
+def test_should_wait_for_the_node_ttl_for_non_empty_nodes_before_consolidating_multi_node_if_the_candidate_is_spot_node(
+    env,
+):
+    """Consolidation / Multi-NodeClaim / should wait for the node TTL for non-empty nodes before consolidating (multi-node) / if the candidate is spot node"""
+    _multi_ttl(env, "spot")
+
+
+def _empty_three(env: DisruptionEnv, capacity_type: str) -> None:
+    env.apply(pool())
+    nodes = [env.node(instance_type=DEAR, capacity_type=capacity_type) for _ in range(3)]
+    command = _waiting(env)
+    assert set(command.nodes) == set(nodes)
+    assert len(live_claims()) == 3
+    env.advance(16)
+    carry_out(env)
+    command.refresh_from_db()
+    assert command.state == Disruption.State.DONE and replacements_of(command) == []
+    assert not set(nodes) & env.node_names()
+
+
+def test_should_consolidate_multiple_empty_nodes_via_multi_nodeclaim_consolidation_if_the_candidate_is_on_demand_node(
+    env,
+):
+    """Consolidation / Multi-NodeClaim / should consolidate multiple empty nodes via multi-nodeclaim consolidation / if the candidate is on-demand node
+
+    Upstream also applies three pods it never binds nor marks unschedulable, which no method sees;
+    in the simulated cluster an unbound pod is pending (and the scheduler would bind it to the
+    empty nodes), so they are left out. karpweb deletes empty nodes by its emptiness method, in one
+    command, as upstream's multi-node consolidation does here. (Upstream's entries swap the node
+    sets; here each has the nodes its name says.)"""
+    _empty_three(env, "on-demand")
+
+
+def test_should_consolidate_multiple_empty_nodes_via_multi_nodeclaim_consolidation_if_the_candidate_is_spot_node(env):
+    """Consolidation / Multi-NodeClaim / should consolidate multiple empty nodes via multi-nodeclaim consolidation / if the candidate is spot node"""
+    _empty_three(env, "spot")
+
+
+def _continue_to_single(env: DisruptionEnv, capacity_type: str) -> None:
+    """Three nodes with a pod each: multi-node consolidation plans to merge them; during the wait a
+    1-cpu pod lands on the first two, so the merge no longer holds; single-node consolidation
+    then deletes the third, whose pod fits beside them."""
+    env.apply(pool())
+    nodes = [env.node(instance_type=DEAR, capacity_type=capacity_type) for _ in range(3)]
+    for node in nodes:
+        env.pod(node=node, labels=LABELS)
+    merge = _waiting(env)
+    assert set(merge.nodes) == set(nodes)
+    env.pod(node=nodes[0], cpu="1", owner=None)
+    env.pod(node=nodes[1], cpu="1", owner=None)
+    env.advance(16)
+    env.step()  # the re-check: the merge is dropped
+    merge.refresh_from_db()
+    assert merge.state == Disruption.State.CANCELLED
+    (single,) = env.disruptions(Disruption.State.PLANNED, Disruption.State.REPLACING, Disruption.State.DRAINING)
+    assert single.nodes == [nodes[2]] and single.replacement_plan == []
+    carry_out_command(env, single)
+    assert len(live_claims()) == 2 and env.node_names() == set(nodes[:2])
+
+
+def carry_out_command(env: DisruptionEnv, command: Disruption, rounds: int = 10) -> None:
+    for _ in range(rounds):
+        command.refresh_from_db()
+        if command.state in (Disruption.State.DONE, Disruption.State.CANCELLED):
+            assert command.state == Disruption.State.DONE, command.message
+            return
+        env.step()
+    raise AssertionError(f"disruption {command.pk} still {command.state}: {command.message}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the merge is not dropped at the re-check though the two extra 1-cpu pods change the instance types that "
+        "hold the pods: karpweb keeps a command whose nodes and reason are unchanged and launches the fresh "
+        "plan's replacement for all three nodes; upstream's validator drops it (planned types not a subset of the "
+        "re-simulation's) and single-node consolidation deletes the third node, leaving two"
+    ),
+)
+def test_should_continue_to_single_nodeclaim_consolidation_when_multi_nodeclaim_consolidation_fails_validation_after_the_node_ttl_if_the_candidate_is_on_demand_node(
+    env,
+):
+    """Consolidation / Multi-NodeClaim / should continue to single nodeclaim consolidation when multi-nodeclaim consolidation fails validation after the node ttl / if the candidate is on-demand node
+
+    (Upstream's entries swap the node sets; here each has the nodes its name says.)"""
+    _continue_to_single(env, "on-demand")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the merge is not dropped at the re-check though the two extra 1-cpu pods change the instance types that "
+        "hold the pods: karpweb keeps a command whose nodes and reason are unchanged and launches the fresh "
+        "plan's replacement for all three nodes; upstream's validator drops it (planned types not a subset of the "
+        "re-simulation's) and single-node consolidation deletes the third node, leaving two"
+    ),
+)
+def test_should_continue_to_single_nodeclaim_consolidation_when_multi_nodeclaim_consolidation_fails_validation_after_the_node_ttl_if_the_candidate_is_spot_node(
+    env,
+):
+    """Consolidation / Multi-NodeClaim / should continue to single nodeclaim consolidation when multi-nodeclaim consolidation fails validation after the node ttl / if the candidate is spot node"""
+    _continue_to_single(env, "spot")
+
+
+# ------------------------------------------------------------------ Node Lifetime Consideration
+
+
+def test_should_consolidate_the_node_with_best_savings_ratio_first(env):
+    """Consolidation / Node Lifetime Consideration / should consolidate the node with best savings ratio first
+
+    expireAfter 3s on the NodePool and the NodeClaims, the first node created 2 s before the
+    second. The decision is read from the round that plans it: carried out, the 15 s re-check
+    would come after both nodes expired."""
+    _delete_pool(env, expire_after="3s")
+    first = env.node(instance_type=CHEAP, age=timedelta(seconds=2), claim_spec={"expireAfter": "3s"})
+    second = env.node(instance_type=CHEAP, age=timedelta(0), claim_spec={"expireAfter": "3s"})
+    _two_one(env, [first, second])
+    env.step(0)
+    (command,) = env.disruptions()
+    assert command.reason == "Underutilized" and command.nodes == [second] and command.replacement_plan == []
+
+
+# ------------------------------------------------------------------ Topology Consideration
+
+
+def _zone_counts(selector: Mapping[str, str]) -> Counter:
+    zones = {n.name: n.manifest["metadata"]["labels"][ZONE] for n in ClusterNode.objects.all()}
+    counts: Counter = Counter()
+    for pod in ClusterPod.objects.exclude(node_name=""):
+        labels = (pod.manifest.get("metadata") or {}).get("labels") or {}
+        if all(labels.get(k) == v for k, v in selector.items()):
+            counts[zones[pod.node_name]] += 1
+    return counts
+
+
+def test_can_replace_node_maintaining_zonal_topology_spread(env):
+    """Consolidation / Topology Consideration / can replace node maintaining zonal topology spread
+
+    Upstream's least expensive types in test-zone-1 and -3 and most expensive in test-zone-2 (1 cpu
+    allocatable): t3.small on demand in us-east-1a and -1c, m5.8xlarge on demand in us-east-1b;
+    1-cpu pods spread over zones with maxSkew 1. Upstream binds a fourth pod to the new node, as
+    the ReplicaSet would recreate the evicted one; here the evicted pod itself is rescheduled."""
+    spread = {"app": "test-zonal-spread"}
+    env.apply(pool())
+    nodes = [
+        env.node(instance_type="t3.small", zone=ZONE_1),
+        env.node(instance_type=DEAR, zone=ZONE_2),
+        env.node(instance_type="t3.small", zone=ZONE_3),
+    ]
+    constraint = {
+        "maxSkew": 1,
+        "topologyKey": ZONE,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": spread},
+    }
+    pods = [env.pod(node=n, labels=spread, cpu="1", spec={"topologySpreadConstraints": [constraint]}) for n in nodes]
+    assert _zone_counts(spread) == {ZONE_1: 1, ZONE_2: 1, ZONE_3: 1}
+    command = carry_out(env)
+    assert command.nodes == [nodes[1]]
+    (new,) = replacements_of(command)
+    assert new.zone == ZONE_2
+    assert len(live_claims()) == 3 and len(env.node_names()) == 3 and nodes[1] not in env.node_names()
+    assert env.node_of(pods[1]) == new.node_name
+    assert _zone_counts(spread) == {ZONE_1: 1, ZONE_2: 1, ZONE_3: 1}
+
+
+def test_wont_delete_node_if_it_would_violate_pod_anti_affinity(env):
+    """Consolidation / Topology Consideration / won't delete node if it would violate pod anti-affinity
+
+    Three nodes of the cheapest type, one per zone (t4g.micro in an on-demand NodePool), each with a
+    1-cpu pod that has hostname anti-affinity to the others."""
+    _delete_pool(env)
+    nodes = [env.node(instance_type=CHEAP, zone=zone) for zone in (ZONE_1, ZONE_2, ZONE_3)]
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": LABELS}, "topologyKey": HOSTNAME}
+            ]
+        }
+    }
+    for node in nodes:
+        env.pod(node=node, labels=LABELS, cpu="1", spec={"affinity": anti})
+    env.step()
+    env.step()
+    assert env.disruptions() == []
+    assert len(live_claims()) == 3 and env.node_names() == set(nodes)
+
+
+# ------------------------------------------------------------------ Parallelization
+
+
+def test_should_not_schedule_an_additional_node_when_receiving_pending_pods_while_consolidating(env):
+    """Consolidation / Parallelization / should not schedule an additional node when receiving pending pods while consolidating
+
+    The command is re-checked and its replacement launched and registered (upstream's
+    ExpectMakeNewNodeClaimsReady); the old node is tainted and not yet drained. A new pending pod
+    is provisioned (the real provisioning run) and bound by the simulated scheduler."""
+    from provisioning.cluster import simulated
+    from provisioning.services.provision import provision_once
+    from provisioning.services.simulate import default_solver
+
+    env.apply(pool())
+    node = env.node(instance_type=DEAR)
+    env.pod(node=node, labels=LABELS)
+    env.step()
+    env.step()
+    (command,) = env.disruptions()
+    assert command.state == Disruption.State.REPLACING
+    (replacement,) = replacements_of(command)
+    replacement.refresh_from_db()
+    assert replacement.state == NodeClaim.State.INITIALIZED
+    assert len(live_claims()) == 2
+    pending = env.pod()
+    provision_once(cluster=env.cluster)
+    simulated.bind_pending(default_solver())
+    assert len(live_claims()) == 2 and len(env.node_names()) == 2
+    assert env.node_of(pending) == replacement.node_name
+
+
+# ------------------------------------------------------------------ Preferences
+
+
+def test_should_consolidate_a_node_through_deletion_when_ignoring_preferences(env, settings):
+    """Consolidation / Preferences / should consolidate a node through deletion when ignoring preferences
+
+    PREFERENCE_POLICY Ignore; bare pods with a preferred hostname anti-affinity to each other, on two
+    nodes of the cheapest type (upstream: 5 cpu allocatable; t4g.micro in an on-demand NodePool)."""
+    settings.PREFERENCE_POLICY = "Ignore"
+    _delete_pool(env)
+    nodes = _two_cheap(env)
+    foo = {"app": "foo"}
+    anti = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"labelSelector": {"matchLabels": foo}, "topologyKey": HOSTNAME}}
+            ]
+        }
+    }
+    for node in (nodes[0], nodes[0], nodes[1]):
+        env.pod(node=node, labels=foo, owner=None, spec={"affinity": anti})
+    command = carry_out(env)
+    assert command.nodes == [nodes[1]] and replacements_of(command) == []
+    assert len(live_claims()) == 1 and env.node_names() == {nodes[0]}
+
+
+def test_should_consolidate_a_node_through_replacement_when_ignoring_preferences(env, settings):
+    """Consolidation / Preferences / should consolidate a node through replacement when ignoring preferences
+
+    A bare pod preferring (node affinity) the most expensive type, m5.8xlarge."""
+    settings.PREFERENCE_POLICY = "Ignore"
+    env.apply(pool())
+    node = env.node(instance_type=DEAR)
+    prefer = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "preference": {"matchExpressions": [{"key": INSTANCE_TYPE, "operator": "In", "values": [DEAR]}]},
+                }
+            ]
+        }
+    }
+    env.pod(node=node, labels={"app": "foo"}, owner=None, spec={"affinity": prefer})
+    command = carry_out(env)
+    assert command.nodes == [node]
+    _assert_replaced(env, node)
+
+
+# ------------------------------------------------------------------ MinValuesPolicy
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "with MIN_VALUES_POLICY BestEffort karpweb's consolidation simulation relaxes minValues as provisioning does: "
+        "it replaces the node by a NodeClaim asking instance-type minValues 2 (annotated "
+        "karpenter.sh/nodeclaim-min-values-relaxed: true); upstream's consolidation never relaxes minValues: the "
+        "replacement is refused (Unconsolidatable: minValues requirement is not met) and the node stays"
+    ),
+)
+def test_should_not_consolidate_a_node_by_relaxing_min_values_when_policy_is_set_to_besteffort(env, settings):
+    """Consolidation / MinValuesPolicy / should not consolidate a node by relaxing min values when policy is set to BestEffort
+
+    Upstream's NodePool (weight 100) lists every type with minValues 3 while its cloud provider
+    offers only the least and the most expensive; here it lists t4g.micro, m5.8xlarge and a type the
+    catalog does not have. The node is an m5.8xlarge of that NodePool with one pod."""
+    settings.MIN_VALUES_POLICY = "BestEffort"
+    env.apply(pool("min-values", weight=100, requirements=[types_in([CHEAP, DEAR, "no-such.type"], 3)]))
+    node = env.node(instance_type=DEAR, nodepool="min-values")
+    env.pod(node=node)
+    env.step()
+    env.step()
+    assert env.disruptions() == []
+    assert [c.node_name for c in live_claims()] == [node] and env.node_names() == {node}
+    assert "minValues" in env.note(node), env.note(node)
+
+
+# ------------------------------------------------------------------ Static NodePool
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "karpweb admits a static NodePool (spec.replicas) and leaves it out of provisioning, but the disruption round "
+        "treats its nodes as any other: emptiness plans to delete its empty nodes (one now, as the default 10% budget of "
+        "two nodes allows); upstream never consolidates a static "
+        "NodePool's nodes (their count is kept at replicas)"
+    ),
+)
+def test_should_not_consolidate_static_nodepool_nodes(env):
+    """Consolidation / Static NodePool / should not consolidate static NodePool nodes
+
+    A static NodePool (replicas 2) with its two nodes, empty (upstream: 10 cpu, 2 pods capacity;
+    here m5.2xlarge)."""
+    static = node_pool("static", budgets=None, consolidate_after="0s")
+    static["spec"]["replicas"] = 2
+    static["spec"]["disruption"] = {}
+    env.apply(static)
+    for _ in range(2):
+        env.node(instance_type="m5.2xlarge", nodepool="static")
+    env.step()
+    assert env.disruptions() == []
