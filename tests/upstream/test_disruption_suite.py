@@ -51,6 +51,7 @@ from provisioning.disruption.model import DRIFTED, EMPTY, UNDERUTILIZED, Candida
 from provisioning.disruption.simulation import simulate
 from provisioning.models import ClusterNode, ClusterPod, Disruption, NodeClaim
 from provisioning.scheduling.podspec import pod_from_manifest
+from provisioning.scheduling.solver import solve
 from provisioning.services import disruption as service
 from provisioning.services.catalog import load_catalog
 from provisioning.services.provision import cluster_documents
@@ -288,9 +289,10 @@ def expect_decision_metrics(labels: Mapping[str, str], nodepool: str = "default"
 def test_should_allow_pods_on_deleting_nodes_to_reschedule_to_uninitialized_nodes(env):
     """Simulate Scheduling / should allow pods on deleting nodes to reschedule to uninitialized nodes
 
-    Ten dear nodes where a 2-cpu pod fits one to a node (m5.xlarge, 3.92 cpu allocatable), the
-    pod on the first, every other node marked for deletion; simulating the first node's
-    removal (``simulation.simulate``, as ``SimulateScheduling``) places the pod."""
+    Ten nodes where a 2-cpu pod fits one to a node (m5.xlarge, 3.92 cpu allocatable; upstream's
+    have 3), the pod on the first, every other node marked for deletion; simulating the first
+    node's removal (``simulation.simulate`` with the leaving nodes, as ``SimulateScheduling``)
+    places the pod on a new NodeClaim."""
     env.apply(node_pool())
     nodes = [env.node(instance_type="m5.xlarge") for _ in range(10)]
     pod = env.pod(node=nodes[0], cpu="2", memory="100Mi")
@@ -299,8 +301,6 @@ def test_should_allow_pods_on_deleting_nodes_to_reschedule_to_uninitialized_node
     by_name = {c.name: c for c in seen.candidates}
     leaving = [c for c in seen.candidates if c.disrupting]
     assert {c.name for c in leaving} == set(nodes[1:])
-    from provisioning.scheduling.solver import solve
-
     result = simulate([by_name[nodes[0]]], seen.snapshot, solve, leaving=leaving)
     assert result.failure is None
     assert pod not in result.plan.unschedulable
