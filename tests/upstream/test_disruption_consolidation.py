@@ -272,8 +272,11 @@ def replacements_of(disruption: Disruption) -> list[NodeClaim]:
     return list(disruption.replacements.all())
 
 
-def pods_on(node_name: str) -> list[str]:
-    return [p.key for p in ClusterPod.objects.filter(node_name=node_name)]
+def assert_terminated(env: DisruptionEnv, node: str) -> None:
+    """The node is gone, its NodeClaim terminated and its instance terminated in the cloud."""
+    claim = claim_of(node)
+    assert node not in env.node_names() and claim.state == NodeClaim.State.TERMINATED
+    assert claim.instance_id in env.stub_cloud.terminated
 
 
 # ------------------------------------------------------------------ Events
@@ -300,7 +303,7 @@ def test_should_fire_an_event_for_consolidationdisabled_when_the_nodepool_has_co
     env.pod(node=node)
     env.step()
     assert env.disruptions() == []
-    assert "consolidationPolicy WhenEmpty" in env.note(node)
+    assert "consolidationPolicy WhenEmpty:" in env.note(node)
 
 
 def test_should_fire_an_event_for_consolidationdisabled_when_the_nodepool_has_consolidateafter_set_to_never(env):
@@ -513,7 +516,12 @@ def test_should_allow_no_nodes_from_each_nodepool_to_be_deleted(env):
 # not as consolidated, and are disrupted as soon as the budget allows.
 
 
-def _held_by_budget(env: DisruptionEnv, nodes: Iterable[str], reason: str, raise_budget) -> None:
+def _held_by_budget(
+    env: DisruptionEnv, nodes: Iterable[str], reason: str, raise_budget, released: Iterable[str] | None = None
+) -> None:
+    """No command, every node noted as held by its budget; once ``raise_budget`` lets
+    ``released`` (default: all) go, the next round disrupts some of them."""
+    nodes = list(nodes)
     env.step()
     assert env.disruptions() == []
     for node in nodes:
@@ -522,6 +530,7 @@ def _held_by_budget(env: DisruptionEnv, nodes: Iterable[str], reason: str, raise
     env.step()
     (command,) = env.disruptions()
     assert command.reason == reason
+    assert set(command.nodes) <= set(nodes if released is None else released)
 
 
 def test_should_not_mark_empty_node_consolidated_if_the_candidates_cant_be_disrupted_due_to_budgets_with_one_nodepool(
@@ -543,6 +552,7 @@ def test_should_not_mark_empty_node_consolidated_if_all_candidates_cant_be_disru
         [n for pool_nodes in nodes.values() for n in pool_nodes],
         "Empty",
         lambda: env.apply(pool("nodepool-3", budgets=[{"nodes": "100%"}])),
+        nodes["nodepool-3"],
     )
 
 
@@ -568,6 +578,7 @@ def test_should_not_mark_multi_node_consolidated_if_all_candidates_cant_be_disru
         [n for pool_nodes in nodes.values() for n in pool_nodes],
         "Underutilized",
         lambda: env.apply(pool("nodepool-3", budgets=[{"nodes": "100%"}])),
+        nodes["nodepool-3"],
     )
 
 
@@ -590,6 +601,7 @@ def test_should_not_mark_single_node_consolidated_if_all_candidates_cant_be_disr
         [n for pool_nodes in nodes.values() for n in pool_nodes],
         "Underutilized",
         lambda: env.apply(pool("nodepool-3", budgets=[{"nodes": "100%"}])),
+        nodes["nodepool-3"],
     )
 
 
@@ -604,10 +616,9 @@ def _dear(env: DisruptionEnv, spot: bool, **options: Any) -> str:
 
 def _assert_replaced(env: DisruptionEnv, node: str, old_type: str = DEAR, claims: int = 1) -> NodeClaim:
     """The node is gone and one new NodeClaim, not asking for the old node's type, replaced it."""
-    old_claim = claim_of(node)
     remaining = live_claims()
     assert len(remaining) == claims and len(env.node_names()) == claims
-    assert node not in env.node_names() and old_claim.state == NodeClaim.State.TERMINATED
+    assert_terminated(env, node)
     (new,) = [c for c in remaining if c.disruption_id is not None]
     types = requirement_values(new, INSTANCE_TYPE)
     assert types is not None and old_type not in types
@@ -918,6 +929,7 @@ def test_wont_replace_node_if_any_spot_replacement_is_more_expensive(env):
     env.step()
     assert env.disruptions() == []
     assert len(live_claims()) == 1 and env.node_names() == {node}
+    assert "no cheaper replacement" in env.note(node), env.note(node)
 
 
 def test_wont_replace_on_demand_node_if_on_demand_replacement_is_more_expensive(env):
@@ -934,6 +946,7 @@ def test_wont_replace_on_demand_node_if_on_demand_replacement_is_more_expensive(
     env.step()
     assert env.disruptions() == []
     assert len(live_claims()) == 1 and env.node_names() == {node}
+    assert "no cheaper replacement" in env.note(node), env.note(node)
 
 
 # ------------------------------------------------------------------ Delete
@@ -959,14 +972,6 @@ def _two_one(env: DisruptionEnv, nodes: Sequence[str], **options: Any) -> list[s
     ]
 
 
-def _assert_deleted(env: DisruptionEnv, gone: str, kept: Iterable[str]) -> None:
-    """The node is deleted without replacement; the others stay."""
-    assert gone not in env.node_names() and claim_of(gone).state == NodeClaim.State.TERMINATED
-    assert set(kept) <= env.node_names()
-    assert {c.node_name for c in live_claims()} == env.node_names() & {c.node_name for c in live_claims()}
-    assert all(c.disruption_id is None for c in live_claims())
-
-
 def test_can_delete_nodes(env):
     """Consolidation / Delete / can delete nodes"""
     _delete_pool(env)
@@ -975,7 +980,7 @@ def test_can_delete_nodes(env):
     command = carry_out(env)
     assert command.nodes == [nodes[1]] and replacements_of(command) == []
     assert len(live_claims()) == 1 and env.node_names() == {nodes[0]}
-    _assert_deleted(env, nodes[1], [nodes[0]])
+    assert_terminated(env, nodes[1])
     assert all(env.node_of(p) == nodes[0] for p in pods)
 
 
