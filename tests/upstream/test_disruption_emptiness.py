@@ -23,8 +23,8 @@ Nodes left. Here both are rounds of the real disruption service on the simulated
 * instance types: upstream's ``leastExpensiveSpotInstance`` is t3.nano spot in us-east-1a,
   ``leastExpensiveInstance`` t4g.nano on-demand (the catalog's cheapest of each); the large
   cheap type of "considers pending pods" is hpc7g.16xlarge (the cheapest with 64 vCPUs);
-* the fake NodeClaims' allocatable (32 cpu, 100 pods) is the real type's: no test here puts
-  more on a node than its type holds.
+* the fake NodeClaims' allocatable (32 cpu, 100 pods) is the real type's: the pods on the
+  nano types are small enough for them (10m cpu, 4Mi), so no node holds more than it has.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ NOT_PORTED: dict[str, str] = {
 CHEAPEST_SPOT = "t3.nano"  # leastExpensiveSpotInstance: the cheapest spot offering (us-east-1a here)
 CHEAPEST = "t4g.nano"  # leastExpensiveInstance: the cheapest on-demand type
 LARGE_CHEAP = "hpc7g.16xlarge"  # the cheapest type with 64 vCPUs (on demand in us-east-1c)
+# A pod the nano types hold (t4g.nano allocates 15 MiB and 4 pods), as upstream's fit its NodeClaims.
+SMALL = {"cpu": "10m", "memory": "4Mi"}
 
 
 # ------------------------------------------------------------------ helpers
@@ -176,7 +178,7 @@ def test_should_correctly_report_eligible_nodes(disruption_env: DisruptionEnv):
     env = disruption_env
     env.apply(empty_pool())
     node = spot_node(env)
-    pod = env.pod(node=node)
+    pod = env.pod(node=node, **SMALL)
     assert empty_command(env) == ()
     ClusterPod.objects.filter(namespace="default", name=pod.split("/")[1]).delete()
     ClusterNode.objects.filter(name=node).update(last_pod_change_at=env.now)
@@ -320,7 +322,7 @@ def test_should_ignore_nodes_that_have_pods(disruption_env: DisruptionEnv):
     env = disruption_env
     env.apply(empty_pool())
     node = spot_node(env)
-    env.pod(node=node)
+    env.pod(node=node, **SMALL)
     env.step()
     env.step()
     assert len(live_claims()) == 1
@@ -382,7 +384,7 @@ def test_will_consider_a_node_with_a_daemonset_pod_as_empty(disruption_env: Disr
     env = disruption_env
     env.apply(empty_pool())
     node = env.node(instance_type=CHEAPEST, zone=ZONE_1)
-    env.pod(node=node, owner="DaemonSet")
+    env.pod(node=node, owner="DaemonSet", **SMALL)
     carry_out(env)
     assert live_claims() == []
     assert node_count() == 0
@@ -397,7 +399,7 @@ def test_will_consider_a_node_with_terminating_deployment_pods_as_empty(disrupti
     env = disruption_env
     env.apply(empty_pool())
     node = env.node(instance_type=CHEAPEST, zone=ZONE_1)
-    for pod in env.pods(3, node=node):
+    for pod in env.pods(3, node=node, **SMALL):
         set_terminating(pod, env)
     env.step()
     assert [d.nodes for d in env.disruptions()] == [[node]]
@@ -414,7 +416,7 @@ def test_will_not_consider_a_node_with_a_terminating_statefulset_pod_as_empty(di
     env = disruption_env
     env.apply(empty_pool())
     node = env.node(instance_type=CHEAPEST, zone=ZONE_1)
-    set_terminating(env.pod(node=node, owner="StatefulSet"), env)
+    set_terminating(env.pod(node=node, owner="StatefulSet", **SMALL), env)
     env.step()
     assert env.disruptions() == []
     assert len(live_claims()) == 1
