@@ -114,13 +114,19 @@ def carry_out(env: DisruptionEnv, max_rounds: int = 10) -> list[Disruption]:
 
 
 def finish(env: DisruptionEnv, commands: list[Disruption], max_rounds: int = 10) -> list[Disruption]:
-    """Rounds until ``commands`` are done or cancelled (the queue processing them)."""
+    """``ExpectObjectReconciled(queue, ...)``: carry ``commands`` on (re-check, taint,
+    replacements, drain, termination) until they are done or cancelled, 16 s apart, planning
+    nothing new (the queue does not run the disruption controller)."""
     for _ in range(max_rounds):
         for d in commands:
             d.refresh_from_db()
         if all(d.state not in disruption.ACTIVE for d in commands):
             break
-        env.step()
+        for d in commands:
+            if d.state in disruption.ACTIVE:
+                disruption.advance(d, env.now)
+        env.launch_and_register()
+        env.advance(16)
     return commands
 
 
