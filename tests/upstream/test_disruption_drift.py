@@ -172,6 +172,22 @@ def budget_gauges(env: DisruptionEnv, pool: str, reason: str) -> tuple[int, int]
     return (len(mine) if limit is None else limit), consuming
 
 
+@pytest.fixture
+def out_of_capacity():
+    """Mark an instance type's offerings of a capacity type out of capacity in every zone (the
+    ICE cache); the marks are cleared after the test, so no other test meets them."""
+    marked: list[tuple[str, str, str]] = []
+
+    def mark(env: DisruptionEnv, capacity_type: str, instance_type: str) -> None:
+        for zone in env.catalog.type_zones[instance_type]:
+            ice.mark_unavailable(get_redis(), capacity_type, instance_type, zone, "InsufficientInstanceCapacity")
+            marked.append((capacity_type, instance_type, zone))
+
+    yield mark
+    for capacity_type, instance_type, zone in marked:
+        ice.clear(get_redis(), capacity_type, instance_type, zone)
+
+
 def started(pod_key: str, env: DisruptionEnv) -> None:
     """``pod.Status.StartTime = now``, on the pod's manifest."""
     namespace, name = pod_key.split("/")
@@ -572,16 +588,14 @@ def test_should_untaint_nodes_when_drift_replacement_fails(disruption_env: Disru
         "where upstream's simulation uses only available offerings and launches three c5.large"
     ),
 )
-def test_can_replace_drifted_nodes_with_multiple_nodes(disruption_env: DisruptionEnv):
+def test_can_replace_drifted_nodes_with_multiple_nodes(disruption_env: DisruptionEnv, out_of_capacity):
     """Drift / Drift / can replace drifted nodes with multiple nodes
 
     The node is a c5.xlarge, whose on-demand offerings are out of capacity (upstream's current
     type, its only offering unavailable); the NodePool offers c5.xlarge and c5.large on demand.
     Three pods of 1.2 cpu: one c5.xlarge would hold them, a c5.large holds one."""
     env = disruption_env
-    redis = get_redis()
-    for zone in env.catalog.type_zones["c5.xlarge"]:
-        ice.mark_unavailable(redis, "on-demand", "c5.xlarge", zone, "InsufficientInstanceCapacity")
+    out_of_capacity(env, "on-demand", "c5.xlarge")
     env.apply(
         drift_pool(
             requirements=[
