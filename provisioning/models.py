@@ -275,6 +275,16 @@ class NodeClaim(MovesByState, models.Model):
     def provider_id(self) -> str:
         return f"aws:///{self.zone}/{self.instance_id}" if self.instance_id else ""
 
+    def node_labels(self) -> dict[str, str]:
+        """The labels its node registers with: its single-valued requirements and its labels."""
+        labels = {
+            r["key"]: r["values"][0]
+            for r in self.spec.get("requirements") or []
+            if r.get("operator") == "In" and len(r.get("values") or []) == 1
+        }
+        labels.update(self.spec.get("labels") or {})
+        return labels
+
 
 class ClusterPod(models.Model):
     """A pod as the pipeline knows it: the simulated cluster's own pods, or a mirror of the
@@ -283,6 +293,8 @@ class ClusterPod(models.Model):
     class Phase(models.TextChoices):
         PENDING = "Pending"
         RUNNING = "Running"
+        SUCCEEDED = "Succeeded"  # finished: it holds nothing, and nothing waits for it
+        FAILED = "Failed"
 
     namespace = models.CharField(max_length=253)
     name = models.CharField(max_length=253)

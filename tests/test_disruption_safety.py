@@ -111,7 +111,7 @@ def test_the_grace_period_counts_from_the_drain_and_then_deletes(env):
     env.step(60)  # planned; a minute passes before the re-check
     env.step(0)  # re-checked: replacement launched (and registered by the harness)
     env.step(0)  # replacement initialized: the drain begins now
-    (command,) = env.disruptions()
+    (command,) = env.disruptions()  # the replacement is not consolidated while it takes the drained pods
     assert command.state == Disruption.State.DRAINING
     began = command.drain_started_at
     assert began is not None and (began - command.planned_at).total_seconds() >= 60

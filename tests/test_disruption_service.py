@@ -211,10 +211,11 @@ def test_disruption_records_blocked_and_terminating_events(cluster):
     add_node("ip-empty")
     now = timezone.now()
     disruption.run(now)
-    (blocked,) = cluster.events
+    blocked, on_claim = cluster.events  # on the Node and on its NodeClaim, as upstream
     assert (blocked.involved.kind, blocked.involved.name) == ("Node", "ip-kept")
+    assert (on_claim.involved.kind, on_claim.involved.name) == ("NodeClaim", "claim-ip-kept")
     assert (blocked.type, blocked.reason) == ("Normal", "DisruptionBlocked")
-    assert blocked.message == "The node has the karpenter.sh/do-not-disrupt annotation"
+    assert blocked.message == on_claim.message == "The node has the karpenter.sh/do-not-disrupt annotation"
     cluster.events.clear()
     disruption.run(now + timedelta(seconds=16))
     terminating = [

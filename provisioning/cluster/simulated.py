@@ -155,7 +155,10 @@ def pod_manifest(pod: ClusterPod) -> Manifest:
     spec = manifest["spec"] = dict(manifest.get("spec") or {})
     if pod.node_name:
         spec["nodeName"] = pod.node_name
-        manifest["status"] = {"phase": "Running"}
+        finished = pod.phase in (ClusterPod.Phase.SUCCEEDED, ClusterPod.Phase.FAILED)
+        manifest["status"] = {"phase": pod.phase if finished else "Running"}
+        if pod.bound_at is not None:  # the simulated kubelet starts a pod as it is bound
+            manifest["status"]["startTime"] = pod.bound_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     else:
         spec.pop("nodeName", None)
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
@@ -551,8 +554,7 @@ def register_launched(delay_seconds: float, instance_type_of: Callable[[str], In
             log.warning("nodeclaim %s: instance type %s is not in the catalog", claim.name, claim.instance_type)
             continue
         name = f"ip-{claim.instance_id.removeprefix('i-')[:12]}.ec2.internal"
-        labels = {r["key"]: r["values"][0] for r in claim.spec.get("requirements", []) if _single(r)}
-        labels.update(claim.spec.get("labels") or {})
+        labels = claim.node_labels()
         labels.update({"karpenter.sh/registered": "true", "karpenter.sh/initialized": "true"})
         manifest = node_manifest(
             name,
@@ -582,10 +584,6 @@ def register_launched(delay_seconds: float, instance_type_of: Callable[[str], In
             claim.move(NodeClaim.State.REGISTERED, NodeClaim.State.INITIALIZED, initialized_at=now)
         registered.append(name)
     return registered
-
-
-def _single(requirement: Manifest) -> bool:
-    return requirement.get("operator") == "In" and len(requirement.get("values") or []) == 1
 
 
 def bind_pending(solve: Callable[[Snapshot], Any]) -> int:

@@ -13,6 +13,7 @@ from provisioning.disruption.candidates import disruption_cost
 from provisioning.disruption.model import BALANCED, Candidate, PoolPolicy
 
 BALANCED_K = 2.0
+SCORE_EPSILON = 1e-9
 
 
 def balanced_refusal(
@@ -28,14 +29,17 @@ def balanced_refusal(
         if policy is None or policy.consolidation_policy != BALANCED:
             continue
         mine = [c for c in move if c.nodepool == name]
-        pool_cost = sum(c.price_per_hour for c in pool_nodes.get(name, mine))
-        pool_disruption = sum(disruption_cost(c) for c in pool_nodes.get(name, mine))
-        if pool_cost <= 0 or pool_disruption <= 0 or source <= 0:
-            continue
-        saved = savings * sum(c.price_per_hour for c in mine) / source / pool_cost
+        nodes = pool_nodes.get(name)
+        pool_cost = sum(c.price_per_hour for c in nodes or ())
+        pool_disruption = sum(disruption_cost(c) for c in nodes or ())
+        if not nodes or pool_cost <= 0 or pool_disruption <= 0 or source <= 0:
+            # Nothing to weigh the move against: upstream scores it 0, which no pool accepts.
+            return f"NodePool {name} is Balanced, and its nodes cost nothing to weigh this move against (score 0)"
+        saved = max(0.0, savings) * sum(c.price_per_hour for c in mine) / source / pool_cost
         disrupted = sum(disruption_cost(c) for c in mine) / pool_disruption
         score = saved / disrupted
-        if score < 1 / BALANCED_K:
+        # A tolerance for the sums' float noise: a move scoring exactly 1/k passes, as upstream's.
+        if score < 1 / BALANCED_K - SCORE_EPSILON:
             return (
                 f"NodePool {name} is Balanced: this move saves {saved:.0%} of the pool's cost for {disrupted:.0%} "
                 f"of its disruption (score {score:.2f}; it needs at least {1 / BALANCED_K:.2f})"

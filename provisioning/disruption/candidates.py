@@ -3,20 +3,27 @@ moving its pods cost, and in which order consolidation tries candidates."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 
 from provisioning.disruption.model import Candidate, PoolPolicy
 from provisioning.disruption.text import duration, plural
 from provisioning.scheduling.pods import Pod
 
-# Upstream's eviction cost: 1 + priority / 2^25 (+ pod-deletion-cost / 2^27, which the
-# solver's pods do not carry), clamped so one pod never outweighs ten ordinary ones.
+# Upstream's eviction cost: 1 + pod-deletion-cost / 2^27 + priority / 2^25, clamped so one pod
+# never outweighs ten ordinary ones.
 PRIORITY_SCALE = 2.0**25
+DELETION_COST_SCALE = 2.0**27
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 EVICTION_COST_BOUND = 10.0
 
 
 def eviction_cost(pod: Pod) -> float:
-    return max(-EVICTION_COST_BOUND, min(EVICTION_COST_BOUND, 1.0 + pod.priority / PRIORITY_SCALE))
+    cost = 1.0 + pod.priority / PRIORITY_SCALE
+    # A value that is not an integer is ignored, as the ReplicaSet controller ignores it.
+    with contextlib.suppress(ValueError):
+        cost += int(pod.annotations.get(DELETION_COST, "0")) / DELETION_COST_SCALE
+    return max(-EVICTION_COST_BOUND, min(EVICTION_COST_BOUND, cost))
 
 
 def disruption_cost(candidate: Candidate) -> float:
@@ -50,6 +57,12 @@ def expire_after(candidate: Candidate, policy: PoolPolicy) -> float | None:
     return policy.expire_after_seconds if isinstance(own, str) else own
 
 
+def grace_period(candidate: Candidate, policy: PoolPolicy) -> float | None:
+    """The claim's own terminationGracePeriod when it recorded one, else its NodePool's."""
+    own = candidate.termination_grace_period_seconds
+    return policy.termination_grace_period_seconds if isinstance(own, str) else own
+
+
 def expired(candidate: Candidate, policy: PoolPolicy, now: float) -> bool:
     after = expire_after(candidate, policy)
     return after is not None and now >= candidate.created_at + after
@@ -71,6 +84,8 @@ def not_consolidatable(candidate: Candidate, policy: PoolPolicy, now: float) -> 
     """
     if not candidate.initialized:
         return "not initialized yet: only initialized nodes are disrupted"
+    if policy.static:
+        return f"NodePool {policy.name} is static (spec.replicas): its nodes are never consolidated"
     if candidate.blocked_by:
         return f"disruption blocked: {candidate.blocked_by}"
     wait = consolidation_wait(candidate, policy, now)

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from provisioning.scheduling.requirements import Requirements
 
 HASH_VERSION = "v2"
+OFFERING_CHECK_AGE_SECONDS = 3600.0  # upstream checks InstanceTypeNotFound from a claim's first hour on
 
 NODEPOOL_DRIFTED = "NodePoolDrifted"
 REQUIREMENTS_DRIFTED = "RequirementsDrifted"
@@ -102,10 +103,13 @@ def static_drift(
 
 
 def requirements_drift(labels: Mapping[str, str], requirements: Any) -> str | None:
-    """The node's labels, as requirements, must be compatible with the NodePool's."""
+    """The node's labels, as requirements, must be compatible with the NodePool's: a key the
+    NodePool requires that the node lacks is drift, well-known or not (only requirements a
+    missing label meets, NotIn and DoesNotExist, hold without it), as upstream's Compatible."""
     pool = Requirements.from_list(requirements or [])
     node = Requirements.from_labels(labels)
-    return REQUIREMENTS_DRIFTED if node.compatible(pool, mine_name="the node", theirs_name="the NodePool") else None
+    found = node.compatible(pool, frozenset(), mine_name="the node", theirs_name="the NodePool")
+    return REQUIREMENTS_DRIFTED if found else None
 
 
 def resolved_drift(launched: Mapping[str, Any], status: Mapping[str, Any] | None) -> str | None:
@@ -139,8 +143,15 @@ def drift_reason(
     nodeclass_status: Mapping[str, Any] | None = None,
     launched: Mapping[str, Any] | None = None,
     offered_types: Collection[str] | None = None,
+    offered: Callable[[str, str, str], bool] | None = None,
+    age_seconds: float | None = None,
 ) -> str | None:
-    """The first drift reason that holds, or None."""
+    """The first drift reason that holds, or None. ``labels`` are the node's with its instance
+    type's (as a NodeClaim carries them); ``offered(type, zone, capacity type)`` says whether the
+    NodePool still offers that (available now or not: capacity comes and goes, drift is not
+    about it). As upstream, what is offered is asked only of a node over an hour old
+    (``age_seconds``; None: always), a cloud provider's list being slower to settle than a
+    user's NodePool."""
     reason = static_drift(recorded, template, nodeclass_spec)
     if reason:
         return reason
@@ -148,9 +159,25 @@ def drift_reason(
     if reason:
         return reason
     instance_type = labels.get("node.kubernetes.io/instance-type")
+    if age_seconds is not None and age_seconds <= OFFERING_CHECK_AGE_SECONDS:
+        return resolved_drift(launched or {}, nodeclass_status)
     if offered_types is not None and (not instance_type or instance_type not in offered_types):
         return INSTANCE_TYPE_NOT_FOUND
+    zone, capacity_type = labels.get("topology.kubernetes.io/zone"), labels.get("karpenter.sh/capacity-type")
+    facts = (instance_type, zone, capacity_type)
+    if offered is not None and all(facts) and not offered(*facts):  # type: ignore[arg-type]
+        return INSTANCE_TYPE_NOT_FOUND
     return resolved_drift(launched or {}, nodeclass_status)
+
+
+def offerings_of(types: Mapping[str, Any]) -> Callable[[str, str, str], bool]:
+    """``offered`` for :func:`drift_reason` from a NodePool's instance types by name."""
+
+    def offered(name: str, zone: str, capacity_type: str) -> bool:
+        it = types.get(name)
+        return it is not None and any(o.zone == zone and o.capacity_type == capacity_type for o in it.offerings)
+
+    return offered
 
 
 EXPLANATIONS = {

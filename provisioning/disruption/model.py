@@ -74,6 +74,7 @@ class PoolPolicy:
     expire_after_seconds: float | None = DEFAULT_EXPIRE_AFTER
     termination_grace_period_seconds: float | None = None
     budgets: tuple[Budget, ...] = (Budget(),)
+    static: bool = False  # spec.replicas: a static NodePool's nodes are never consolidated
 
     def __post_init__(self) -> None:
         policy = LEGACY_POLICIES.get(self.consolidation_policy, self.consolidation_policy)
@@ -115,6 +116,7 @@ class PoolPolicy:
                 else parse_duration(grace, "spec.template.spec.terminationGracePeriod", never=False)
             ),
             budgets=budgets,
+            static=spec.get("replicas") is not None,
         )
 
 
@@ -161,6 +163,11 @@ class Candidate:
     # The NodeClaim's own expireAfter (seconds, None for Never), fixed when it was created, so
     # shortening the NodePool's does not expire old nodes at once; "pool" when it has none.
     expire_after_seconds: float | None | str = "pool"
+    # Likewise its terminationGracePeriod (None: none; "pool": its NodePool's).
+    termination_grace_period_seconds: float | None | str = "pool"
+    # What keeps it out of consolidation (not emptiness or drift): a node without its instance
+    # type, zone or capacity type label, whose price and replacements cannot be read.
+    unconsolidatable: str | None = None
 
     @property
     def empty(self) -> bool:

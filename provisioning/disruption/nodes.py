@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from provisioning.crd.ec2nodeclass import go_duration_nanos
-from provisioning.disruption.eviction import DO_NOT_DISRUPT, Limits, active, do_not_disrupt_active, reschedulable
+from provisioning.disruption.eviction import DO_NOT_DISRUPT, Limits, active, do_not_disrupt_active
 from provisioning.disruption.model import Candidate
 from provisioning.scheduling.frozen import EMPTY_MAP
 from provisioning.scheduling.pods import Pod
@@ -42,8 +42,10 @@ class Claim:
     initialized: bool = True
     annotations: Mapping[str, str] = EMPTY_MAP
     expire_after_seconds: float | None | str = POOL
+    termination_grace_period_seconds: float | None | str = POOL
     drift_reason: str | None = None
     disrupting: bool = False  # being replaced, drained or deleted already
+    nominated: bool = False  # pending pods are nominated to it: the provisioner counts on its room
 
 
 def annotation_blocks(value: str | None, since: float | None, now: float) -> bool:
@@ -62,6 +64,8 @@ def node_block(
     node: ExistingNode, claim: Claim, pool_annotations: Mapping[str, str], now: float
 ) -> str | None:
     """Why the node itself may not be disrupted voluntarily, or None."""
+    if claim.nominated:
+        return "the node is nominated for a pending pod: the provisioner counts on its room"
     for where, values in (
         ("the node", node.annotations),
         (f"NodeClaim {claim.name}", claim.annotations),
@@ -99,9 +103,11 @@ def candidate(
     now: float,
     last_pod_change_at: float | None = None,
 ) -> Candidate:
-    """The node as a disruption candidate: the pods it would move (reschedulable ones, see
-    ``eviction.reschedulable``) and what blocks it."""
-    moving = tuple(pod for pod in node.pods if reschedulable(pod))
+    """The node as a disruption candidate: the pods it would move and what blocks it. A pod a
+    budget blocks for good, or that asks not to be disrupted, is not moved: no capacity is
+    planned for it (upstream's IsCurrentlyReschedulable); the drain waits for it instead."""
+    moment = datetime.fromtimestamp(now, UTC)
+    moving = tuple(pod for pod in node.pods if limits.currently_reschedulable(pod, moment))
     node_blocked = node_block(node, claim, pool_annotations, now)
     pods_blocked = pod_block(node.pods, limits, now)
     return Candidate(
@@ -122,7 +128,21 @@ def candidate(
         disrupting=claim.disrupting or node.deleting,
         ready=node.ready,
         expire_after_seconds=claim.expire_after_seconds,
+        termination_grace_period_seconds=claim.termination_grace_period_seconds,
+        unconsolidatable=unconsolidatable(node, claim),
     )
+
+
+REQUIRED_LABELS = ("node.kubernetes.io/instance-type", "topology.kubernetes.io/zone", "karpenter.sh/capacity-type")
+
+
+def unconsolidatable(node: ExistingNode, claim: Claim) -> str | None:
+    """What keeps the node out of consolidation (upstream's computeConsolidation): a label its
+    price and replacements are read from is missing."""
+    missing = [key for key in REQUIRED_LABELS if not node.labels.get(key)]
+    if missing:
+        return f"the node has no {', '.join(missing)} label, so what it costs and what could replace it is unknown"
+    return None
 
 
 def parse_time(text: str | None) -> float | None:

@@ -23,9 +23,11 @@ from provisioning.disruption import budgets
 from provisioning.disruption.balanced import balanced_refusal
 from provisioning.disruption.candidates import (
     consolidation_order,
+    consolidation_wait,
     describe_pods,
     expire_after,
     expired,
+    grace_period,
     interleave_pools,
     not_consolidatable,
 )
@@ -56,7 +58,6 @@ def plan(
     *,
     spot_to_spot: bool = False,
     solve: Solve | None = None,
-    voluntary: bool = True,
 ) -> DisruptionPlan:
     """Plan this round's disruptions.
 
@@ -65,14 +66,13 @@ def plan(
     cluster as a solver snapshot: every node that can take pods (in-flight NodeClaims included)
     with the pods bound to it, the NodePools with their instance types, the DaemonSets, and
     the pending pods (they join every simulation). ``spot_to_spot`` is upstream's
-    SpotToSpotConsolidation feature gate. ``solve`` defaults to THE solver. ``voluntary``
-    False: expiration only (a voluntary command is still in progress).
+    SpotToSpotConsolidation feature gate. ``solve`` defaults to THE solver.
     """
     if solve is None:
         from provisioning.scheduling.solver import solve as solve_snapshot
 
         solve = solve_snapshot
-    return _Round(candidates, policies, cluster, now, spot_to_spot, solve).run(voluntary)
+    return _Round(candidates, policies, cluster, now, spot_to_spot, solve).run()
 
 
 class _Budget:
@@ -132,6 +132,13 @@ class _Round:
             c.nodepool for c in candidates if c.initialized and (c.disrupting or not c.ready)
         )
         self.leaving = [c for c in candidates if c.disrupting]
+        # Nodes still inside their consolidateAfter take no moved pods (upstream's
+        # enforceConsolidateAfter), so a move never lands on a node that is settling.
+        self.cooling = frozenset(
+            c.name
+            for c in candidates
+            if c.nodepool in policies and (consolidation_wait(c, policies[c.nodepool], now) or 0) > 0
+        )
         self.pool_nodes: dict[str, list[Candidate]] = {}
         for c in candidates:
             self.pool_nodes.setdefault(c.nodepool, []).append(c)
@@ -147,7 +154,7 @@ class _Round:
 
     # ------------------------------------------------------------------ the round
 
-    def run(self, voluntary: bool = True) -> DisruptionPlan:
+    def run(self) -> DisruptionPlan:
         commands = self._expire()
         expiring = {name for command in commands for name in command.candidates}
         for c in self.candidates:
@@ -155,14 +162,14 @@ class _Round:
                 self.leaving.append(c)
                 self.disrupting_count[c.nodepool] += 1
         open_ = self._open(c for c in self.candidates if c.name not in expiring)
-        winner = "" if voluntary else "a disruption in progress"
+        winner = ""
         methods = (
             ("emptiness", self._emptiness),
             ("drift", self._drift),
             ("multi-node consolidation", self._multi_node),
             ("single-node consolidation", self._single_node),
         )
-        for label, method in methods if voluntary else ():
+        for label, method in methods:
             found = method(open_)
             if found:
                 commands += found
@@ -171,8 +178,6 @@ class _Round:
         chosen = {name for command in commands for name in command.candidates}
         left_alone = (
             f"not evaluated this round: {winner} already chose nodes to disrupt; it is looked at again next round"
-            if voluntary and winner
-            else "not evaluated this round: a disruption is in progress; one is carried out at a time"
             if winner
             else "nothing to do: it is not empty, not drifted, and no cheaper arrangement without it was found"
         )
@@ -208,7 +213,7 @@ class _Round:
                 f"{duration(expire_after(c, policy) or 0)}; deleted now without waiting for a replacement "
                 f"(expiration is forceful: budgets and a node's do-not-disrupt do not apply)"
             )
-            grace = policy.termination_grace_period_seconds
+            grace = grace_period(c, policy)
             if c.blocked_by:
                 until = "until it gives way" if grace is None else f"for up to terminationGracePeriod {duration(grace)}"
                 text += f"; {c.blocked_by}: the drain waits for it {until}"
@@ -273,9 +278,11 @@ class _Round:
         policy = self.policies[c.nodepool]
         if not c.initialized:
             return "not initialized yet: only initialized nodes are disrupted"
+        if policy.static:
+            return f"NodePool {policy.name} is static (spec.replicas): its drifted nodes are not replaced by drift"
         # A terminationGracePeriod bounds how long pods may hold a drifted node, so pod-level
         # blocks (do-not-disrupt pods, PDBs) give way; the node's own annotation never does.
-        overridden = c.blocked_by_pods_only and policy.termination_grace_period_seconds is not None
+        overridden = c.blocked_by_pods_only and grace_period(c, policy) is not None
         if c.blocked_by and not overridden:
             return f"drifted ({c.drift_reason}) but disruption is blocked: {c.blocked_by}"
         return None
@@ -292,7 +299,7 @@ class _Round:
         moving = "its pod moves" if len(c.pods) == 1 else f"its {describe_pods(c)} move"
         text = f"{nodes_phrase([c])} drifted ({c.drift_reason}): {moves}; {moving}"
         if c.blocked_by:
-            grace = duration(self.policies[c.nodepool].termination_grace_period_seconds or 0)
+            grace = duration(grace_period(c, self.policies[c.nodepool]) or 0)
             text += f"; {c.blocked_by} gives way after terminationGracePeriod {grace}"
         return Command(DRIFTED, (c.name,), tuple(claims), c.price_per_hour - worst, text)
 
@@ -307,7 +314,7 @@ class _Round:
         out = []
         for c in (c for c in open_ if not c.empty):
             policy = self.policies[c.nodepool]
-            why = not_consolidatable(c, policy, self.now)
+            why = not_consolidatable(c, policy, self.now) or c.unconsolidatable
             if why is None and not policy.consolidates_underutilized:
                 why = (
                     f"NodePool {policy.name} has consolidationPolicy {policy.consolidation_policy}: only empty "
@@ -359,7 +366,14 @@ class _Round:
         # the cost-optimized packing may split the pods over several smaller nodes, and
         # consolidation only ever replaces with one.
         simulation = simulate(
-            move, self.cluster, self.solve, leaving=self.leaving, uninitialized=self.uninitialized, optimize=False
+            move,
+            self.cluster,
+            self.solve,
+            leaving=self.leaving,
+            uninitialized=self.uninitialized,
+            optimize=False,
+            closed=self.cooling,
+            strict_min_values=True,
         )
         if simulation.failure:
             return simulation.failure

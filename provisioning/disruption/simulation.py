@@ -34,19 +34,27 @@ def simulate(
     leaving: Sequence[Candidate] = (),
     uninitialized: Collection[str] = (),
     optimize: bool | None = None,
+    closed: Collection[str] = (),
+    strict_min_values: bool = False,
 ) -> Simulation:
     """Remove ``removed`` (and ``leaving``: nodes already being deleted, whose pods need a home
     too) and place their pods together with the cluster's pending pods, as upstream does, so
     a move cannot take the room pending pods were about to use. Only the moving pods must
     all be placed; new NodeClaims the pending pods need count as the move's. Pods of
-    ``removed`` may not land on ``uninitialized`` nodes. ``optimize`` overrides the cluster
-    snapshot's packing choice when given."""
+    ``removed`` may not land on ``uninitialized`` nodes, nor any on ``closed`` ones (they keep
+    their pods and take no more). ``optimize`` overrides the cluster snapshot's packing choice
+    when given; ``strict_min_values`` plans as MIN_VALUES_POLICY Strict (consolidation never
+    relaxes minValues, as upstream)."""
     gone = {c.name for c in removed} | {c.name for c in leaving}
     pending = {pod.key for pod in cluster.pods}  # pods of nodes already leaving may be among them
     moving = [
         replace(pod, node_name=None) for c in (*removed, *leaving) for pod in c.pods if pod.key not in pending
     ]
-    staying = tuple(node for node in cluster.nodes if node.name not in gone)
+    staying = tuple(
+        replace(node, unschedulable=True) if node.name in closed else node
+        for node in cluster.nodes
+        if node.name not in gone
+    )
     released = _released_capacity((*removed, *leaving), {n.name: n for n in cluster.nodes})
     snapshot = replace(
         cluster,
@@ -54,6 +62,7 @@ def simulate(
         nodes=staying,
         nodepools=tuple(_release(pool, released.get(pool.name)) for pool in cluster.nodepools),
         optimize=cluster.optimize if optimize is None else optimize,
+        min_values_policy="Strict" if strict_min_values else cluster.min_values_policy,
     )
     plan = solve(snapshot)
     must_move = {p.key for c in (*removed, *leaving) for p in c.pods}

@@ -27,7 +27,7 @@ from provisioning.cluster.simulated import pod_manifest
 from provisioning.disruption import drain as draining
 from provisioning.disruption import drift, planner
 from provisioning.disruption.eviction import Limits, budget_from_manifest
-from provisioning.disruption.model import EXPIRED, Command, PoolPolicy, parse_duration
+from provisioning.disruption.model import Command, PoolPolicy, parse_duration
 from provisioning.disruption.nodes import POOL, Claim
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
 from provisioning.services import events
@@ -57,20 +57,35 @@ def drift_hashes_of(pool: NodePool | None, nc: EC2NodeClass | None) -> dict[str,
 
 
 def run(now=None) -> Disruption | None:
-    """One disruption round: advance every command in progress, then plan. Expiration is
-    planned every round; a voluntary command only when none is in progress (one at a time,
-    as upstream), so an expiring node never holds consolidation up, nor the reverse."""
+    """One disruption round: advance every command in progress, then plan the next. Several
+    commands may be in progress at once, as in upstream's orchestration queue: their nodes use
+    up the budgets and their pods need a home in every later simulation, and an expiring node
+    never holds consolidation up."""
     now = now or timezone.now()
     current = list(Disruption.objects.filter(state__in=ACTIVE).order_by("planned_at"))
-    for disruption in current:
-        advance(disruption, now)
-    busy = Disruption.objects.filter(state__in=ACTIVE).exclude(reason=EXPIRED).exists()
-    result = plan(now, voluntary=not busy)
+    cancelled = [d for d in current if not advance(d, now)]
+    _release_strays()
+    if cancelled:  # the cluster moved under a plan: look again next round, as upstream does
+        return cancelled[0]
+    result = plan(now)
     recorded = [_record(command, now) for command in result.commands]
     return next(iter(recorded), next(iter(current), None))
 
 
-def plan(now=None, recheck: Disruption | None = None, *, voluntary: bool = True):
+def _release_strays() -> None:
+    """A karpenter.sh/disrupted taint no command in progress explains (a worker died between
+    steps) is removed, as upstream's controller strips it every round."""
+    active = {n for d in Disruption.objects.filter(state__in=ACTIVE) for n in d.nodes}
+    cluster = None
+    for node in ClusterNode.objects.exclude(name__in=active).only("name", "manifest"):
+        taints = (node.manifest.get("spec") or {}).get("taints") or []
+        if any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints):
+            cluster = cluster or get_cluster()
+            cluster.untaint(node.name, DISRUPTED_TAINT)
+            log.info("node %s: removed a karpenter.sh/disrupted taint no disruption in progress explains", node.name)
+
+
+def plan(now=None, recheck: Disruption | None = None):
     """The planners' view of the cluster now; also writes each node's note for the dashboard.
 
     ``recheck``: a planned command being validated. Only its nodes may be chosen then (the
@@ -90,15 +105,20 @@ def plan(now=None, recheck: Disruption | None = None, *, voluntary: bool = True)
         ]
         return planner.plan(candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot)
     result = planner.plan(
-        candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot, voluntary=voluntary
+        candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot
     )
     in_command = {name for c in result.commands for name in c.candidates}
     for name, why in result.not_candidates.items():
         ClusterNode.objects.filter(name=name).exclude(disruption_note=why).update(disruption_note=why[:2000])
     ClusterNode.objects.filter(name__in=in_command).update(disruption_note="chosen for disruption")
-    why_blocked = {c.name: c.blocked_by for c in candidates if c.blocked_by}
+    why_blocked = dict(picture.left_out)
+    for c in candidates:
+        if c.nodepool not in picture.policies:
+            why_blocked[c.name] = f"NodePool not found (NodePool={c.nodepool})"
+        elif c.unconsolidatable or c.blocked_by:
+            why_blocked[c.name] = c.unconsolidatable or c.blocked_by or ""
     nodes = ClusterNode.objects.filter(name__in=why_blocked)
-    events.record([events.blocked(node, why_blocked[node.name]) for node in nodes], get_cluster())
+    events.record([e for node in nodes for e in events.blocked(node, why_blocked[node.name])], get_cluster())
     return result
 
 
@@ -112,14 +132,12 @@ def what_if(now=None) -> dict:
     started = time.perf_counter()
     now = now or timezone.now()
     picture = _picture(now)
-    busy = Disruption.objects.filter(state__in=ACTIVE).exclude(reason=EXPIRED).exists()
     result = planner.plan(
         picture.candidates,
         picture.policies,
         picture.snapshot,
         now.timestamp(),
         spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
-        voluntary=not busy,
     )
     return answer(picture, picture.candidates, result, time.perf_counter() - started)
 
@@ -145,8 +163,22 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
     if not any(d.get("kind") == "PodDisruptionBudget" for d in documents):
         documents += _pdbs()
     claims = {
-        c.node_name: c for c in NodeClaim.objects.filter(state__in=NodeClaim.ACTIVE_STATES).exclude(node_name="")
+        c.node_name: c
+        for c in NodeClaim.objects.filter(state__in=(*NodeClaim.ACTIVE_STATES, NodeClaim.State.DELETING)).exclude(
+            node_name=""
+        )
     }
+    in_flight = set(
+        NodeClaim.objects.filter(state__in=NodeClaim.ACTIVE_STATES, node_name="").values_list("name", flat=True)
+    )
+    nominated = set(
+        ClusterPod.objects.filter(node_name="").exclude(nominated="").values_list("nominated", flat=True).distinct()
+    )
+    # A replacement takes the pods of nodes still draining: the provisioner counts on it as
+    # upstream's nominates it for them, so it is no candidate meanwhile.
+    replacing = set(
+        NodeClaim.objects.filter(disruption__state__in=ACTIVE).exclude(node_name="").values_list("name", flat=True)
+    )
     active = Disruption.objects.filter(state__in=ACTIVE)
     if recheck is not None:
         active = active.exclude(pk=recheck.pk)
@@ -158,21 +190,30 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
     def claim_of(node, snapshot) -> Claim | str:
         row = claims.get(node.name)
         if row is None:
+            if node.name in in_flight:
+                return f"NodeClaim {node.name} has no Node yet: it is launched but not registered"
             return "no NodeClaim of this platform's launched it"
+        if row.state == NodeClaim.State.DELETING:
+            return f"the node is being deleted: its NodeClaim {row.name} is deleting"
         pool, nodeclass = pools.get(row.nodepool_name), nodeclasses.get(row.nodeclass_name)
         offered = next((p for p in snapshot.nodepools if p.name == row.nodepool_name), None)
+        types = {t.name: t for t in offered.instance_types} if offered else {}
         reason = None
-        if pool is not None:
+        if pool is not None and row.state not in (NodeClaim.State.PENDING, NodeClaim.State.LAUNCHING):
+            it = types.get(node.labels.get("node.kubernetes.io/instance-type", ""))
             reason = drift.drift_reason(
-                labels=node.labels,
+                labels={**(it.labels if it else {}), **node.labels},
                 recorded=row.spec.get("driftHashes") or {},
                 template=pool.spec.get("template") or {},
                 nodeclass_spec=nodeclass.spec if nodeclass else None,
                 nodeclass_status=nodeclass.status if nodeclass else None,
                 launched=row.spec.get("launched") or {},
-                offered_types=None if offered is None else {t.name for t in offered.instance_types},
+                offered_types=None if offered is None else set(types),
+                offered=drift.offerings_of(types),
+                age_seconds=now.timestamp() - row.created_at.timestamp(),
             )
         own = row.spec.get("expireAfter")
+        grace = row.spec.get("terminationGracePeriod")
         return Claim(
             name=row.name,
             nodepool=row.nodepool_name,
@@ -184,6 +225,10 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
             initialized=row.state == NodeClaim.State.INITIALIZED,
             annotations=row.spec.get("annotations") or {},
             expire_after_seconds=POOL if own is None else _duration(own, f"NodeClaim {row.name}: spec.expireAfter"),
+            termination_grace_period_seconds=(
+                POOL if grace is None else _duration(grace, f"NodeClaim {row.name}: spec.terminationGracePeriod")
+            ),
+            nominated=row.name in nominated or row.name in replacing,
             drift_reason=None if reason is None else drift.explain(reason, row.nodepool_name, row.nodeclass_name),
             disrupting=node.name in disrupting,
         )
@@ -193,7 +238,19 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
         moment = changed.get(name) or (row and (row.initialized_at or row.created_at))
         return moment.timestamp() if moment else None
 
-    return read_picture(documents, now=now, claim_of=claim_of, last_pod_change=last_change, catalog=catalog)
+    from provisioning.services.catalog import unavailable_now
+
+    # The ICE cache, as provisioning reads it: a replacement must be launchable now.
+    unavailable = unavailable_now()
+    return read_picture(
+        documents,
+        now=now,
+        claim_of=claim_of,
+        last_pod_change=last_change,
+        catalog=catalog,
+        unavailable=unavailable.__contains__,
+        require_nodeclasses=True,  # the cluster's own: a NodePool whose EC2NodeClass is gone offers nothing
+    )
 
 
 def _duration(text: str, where: str) -> float | None | str:
@@ -239,6 +296,7 @@ def _record(command: Command, now) -> Disruption:
                 "capacityType": c.options[0].capacity_type,
                 "price": c.options[0].price,
                 "options": len(c.options),
+                "instanceTypes": sorted({o.instance_type for o in c.options}),
                 "pods": len(c.pods),
             }
             for c in command.replacements
@@ -273,17 +331,18 @@ def _record(command: Command, now) -> Disruption:
 # ------------------------------------------------------------------ the steps
 
 
-def advance(disruption: Disruption, now) -> None:
+def advance(disruption: Disruption, now) -> bool:
+    """Carry the command one step on; False when its re-check cancelled it."""
     if disruption.state == Disruption.State.PLANNED:
         if now - disruption.planned_at < VALIDATION_DELAY:
-            return
+            return True
         fresh = plan(now, recheck=disruption)
-        same = next((c for c in fresh.commands if _still_valid(disruption, c)), None)
+        same = next((c for c in (_revalidated(disruption, c) for c in fresh.commands) if c), None)
         if same is None:
             why = "no longer valid when re-checked 15 s later"
             if disruption.move(Disruption.State.PLANNED, Disruption.State.CANCELLED, message=why, finished_at=now):
                 _log_step(disruption, "cancelled", why)
-            return
+            return False
         _start(disruption, same, now)
     elif disruption.state == Disruption.State.REPLACING:
         replacements = list(disruption.replacements.all())
@@ -292,7 +351,7 @@ def advance(disruption: Disruption, now) -> None:
             if disruption.move(Disruption.State.REPLACING, Disruption.State.CANCELLED, message=why, finished_at=now):
                 _release(disruption)
                 _log_step(disruption, "cancelled", why)
-            return
+            return False
         waiting = [c for c in replacements if c.state != NodeClaim.State.INITIALIZED]
         if waiting:
             events.record([events.waiting_readiness(c) for c in waiting], get_cluster())
@@ -300,16 +359,41 @@ def advance(disruption: Disruption, now) -> None:
             _drain(disruption, now)
     elif disruption.state == Disruption.State.DRAINING:
         _drain(disruption, now)
+    return True
 
 
 def _still_valid(disruption: Disruption, command: Command) -> bool:
     """The fresh plan still makes this command: the same nodes for the same reason, or, for
     emptiness, a larger set of empty nodes that includes them (deleting a subset of empty
     nodes is as good)."""
+    return _revalidated(disruption, command) is not None
+
+
+def _revalidated(disruption: Disruption, command: Command) -> Command | None:
+    """What of the planned command the fresh plan still bears out, or None.
+
+    The same nodes for the same reason, each replacement still offered every instance type it
+    was planned with (upstream's instanceTypesAreSubset: a type gone dearer or out of capacity
+    means a new decision); for emptiness, the planned nodes still empty (those that gained a
+    pod meanwhile are dropped, the others go ahead, as upstream)."""
     if command.reason != disruption.reason:
-        return False
+        return None
     planned, fresh = set(disruption.nodes), set(command.candidates)
-    return planned == fresh or (disruption.reason == "Empty" and planned <= fresh)
+    if disruption.reason == "Empty":
+        kept = [name for name in disruption.nodes if name in fresh]
+        if not kept:
+            return None
+        savings = command.savings_per_hour * len(kept) / max(len(fresh), 1)
+        return replace(command, candidates=tuple(kept), savings_per_hour=savings)
+    if planned != fresh:
+        return None
+    for before, now_claim in zip(disruption.replacement_plan, command.replacements, strict=False):
+        types = before.get("instanceTypes")
+        if types is not None and not set(types) <= {o.instance_type for o in now_claim.options}:
+            return None
+    if len(disruption.replacement_plan) != len(command.replacements):
+        return None
+    return command
 
 
 def _start(disruption: Disruption, command: Command, now) -> None:
@@ -319,6 +403,13 @@ def _start(disruption: Disruption, command: Command, now) -> None:
     from provisioning.services.provision import create_claims
 
     cluster = get_cluster()
+    if list(command.candidates) != disruption.nodes:  # the re-check dropped nodes that changed
+        disruption.nodes = list(command.candidates)
+        disruption.nodeclaims = list(
+            ClusterNode.objects.filter(name__in=disruption.nodes).values_list("nodeclaim", flat=True)
+        )
+        disruption.savings_per_hour = Decimal(str(round(command.savings_per_hour, 6)))
+        disruption.save(update_fields=["nodes", "nodeclaims", "savings_per_hour"])
     if command.replacements:
         with transaction.atomic():
             if not disruption.move(Disruption.State.PLANNED, Disruption.State.REPLACING):

@@ -126,12 +126,16 @@ def claims_from_labels(catalog: Any, now: datetime) -> ClaimOf:
                 "version": node.annotations.get("karpenter.sh/nodepool-hash-version", ""),
                 "nodepool": node.annotations.get("karpenter.sh/nodepool-hash", ""),
             }
+            types = {t.name: t for t in pool.instance_types}
+            own = types.get(type_name)
             reason = drift.drift_reason(
-                labels=labels,
+                labels={**(own.labels if own else {}), **labels},
                 recorded=recorded,
                 template=template,
                 nodeclass_spec=None,
-                offered_types={t.name for t in pool.instance_types},
+                offered_types=set(types),
+                offered=drift.offerings_of(types),
+                age_seconds=None if created is None else now.timestamp() - created,
             )
         initialized = node.initialized or ("karpenter.sh/initialized" not in labels and node.ready)
         return Claim(

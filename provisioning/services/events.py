@@ -72,8 +72,13 @@ def terminating(node: ClusterNode, reason: str) -> list[ObjectEvent]:
     return events
 
 
-def blocked(node: ClusterNode, why: str) -> ObjectEvent:
-    return ObjectEvent(node_ref(node), NORMAL, "DisruptionBlocked", why[:1].upper() + why[1:])
+def blocked(node: ClusterNode, why: str) -> list[ObjectEvent]:
+    """On a node that may not be disrupted now, and on its NodeClaim."""
+    message = why[:1].upper() + why[1:]
+    events = [ObjectEvent(node_ref(node), NORMAL, "DisruptionBlocked", message)]
+    if node.nodeclaim:
+        events.append(ObjectEvent(claim_ref(node.nodeclaim), NORMAL, "DisruptionBlocked", message))
+    return events
 
 
 def evicted(pod: ClusterPod, reason: str) -> ObjectEvent:

@@ -411,8 +411,9 @@ def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
 
 
 def in_flight_documents(catalog) -> list[dict]:
-    """NodeClaims not registered yet, as Nodes of their chosen (or cheapest) offering, so the
-    solver fills them before it plans more."""
+    """NodeClaims not registered yet, as Nodes of their chosen (or cheapest) offering, with the
+    labels and taints the simulated kubelet will register them with (the single-valued
+    requirements, the template's labels), so the solver fills them before it plans more."""
     documents = []
     for claim in NodeClaim.objects.filter(state__in=IN_FLIGHT).order_by("pk"):
         option = (claim.launch_options or [None])[0]
@@ -428,9 +429,12 @@ def in_flight_documents(catalog) -> list[dict]:
                 zone=claim.zone or option["zone"],
                 capacity_type=claim.capacity_type or option["capacityType"],
                 nodepool=claim.nodepool_name,
+                labels=claim.node_labels(),
+                taints=claim.spec.get("taints") or (),
             )
         )
     return documents
+
 
 
 def _record(solved: Solved, cluster: Cluster | None = None) -> Decision:

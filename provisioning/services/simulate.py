@@ -92,6 +92,7 @@ def read_cluster(
     default_constraints: Sequence[Mapping[str, Any]] | None = None,
     preference_policy: str | None = None,
     min_values_policy: str | None = None,
+    require_nodeclasses: bool = False,
 ) -> tuple[Snapshot, list[str], Workloads]:
     """The solver's input for ``documents`` (parsed YAML/JSON), notes for people, and the
     documents as read (every node with its pods, the PodDisruptionBudgets, the policies).
@@ -125,7 +126,9 @@ def read_cluster(
     nodes, rescheduled = _cluster_nodes(workloads, dict(nodepools), moment, notes)
     inputs = []
     for name, spec in nodepools:
-        nodepool = _nodepool_input(name, spec, nodeclasses, catalog, resolved_zones, nodes, notes, unavailable)
+        nodepool = _nodepool_input(
+            name, spec, nodeclasses, catalog, resolved_zones, nodes, notes, unavailable, require_nodeclasses
+        )
         if nodepool is not None:
             inputs.append(nodepool)
     if not nodepools:
@@ -353,6 +356,7 @@ def _nodepool_input(
     nodes: Sequence[ExistingNode],
     notes: list[str],
     unavailable: Callable[[str], bool] | None = None,
+    require_nodeclass: bool = False,
 ) -> NodePoolInput | None:
     where = f"NodePool {name}"
     if spec.get("replicas") is not None:
@@ -378,6 +382,9 @@ def _nodepool_input(
 
     ref = (tspec.get("nodeClassRef") or {}).get("name", "")
     nodeclass_spec = nodeclasses.get(ref)
+    if nodeclass_spec is None and require_nodeclass:
+        notes.append(f"{where}: EC2NodeClass {ref!r} does not exist, so the NodePool offers nothing; left out")
+        return None
     if nodeclass_spec is None:
         subnets = "every zone" if zones is None else ", ".join(zones)
         notes.append(

@@ -119,12 +119,29 @@ class RecordingCluster(SimulatedCluster):
         self.events.append(event)
 
 
+class StubCloud:
+    """The cloud as the drain sees it: ``terminate`` is noted; every claim's instance exists."""
+
+    def __init__(self) -> None:
+        self.terminated: list[str] = []
+
+    def terminate(self, instance_id: str) -> None:
+        self.terminated.append(instance_id)
+
+    def list_instances(self) -> list[Any]:
+        from provisioning.cloud.base import Instance
+
+        ids = NodeClaim.objects.exclude(instance_id="").exclude(state=NodeClaim.State.TERMINATED)
+        return [Instance(i, "", "", "", "running") for i in ids.values_list("instance_id", flat=True)]
+
+
 class DisruptionEnv:
     """One test's cluster and clock. ``now`` starts at the real time and moves only when a
     test says so (``step``/``settle``/``advance``)."""
 
     def __init__(self, cluster: RecordingCluster) -> None:
         self.cluster = cluster
+        self.cloud: Any = None
         self.catalog = bundled_catalog()
         self.now = timezone.now()
         apply_manifest(copy.deepcopy(NODECLASS), source="cli")
@@ -398,5 +415,9 @@ def disruption_env(db, redis_url, settings, monkeypatch):
     recording = RecordingCluster()
     monkeypatch.setattr(service, "get_cluster", lambda: recording)
     monkeypatch.setattr(cluster_package, "get_cluster", lambda: recording)
-    yield DisruptionEnv(recording)
+    cloud = StubCloud()
+    monkeypatch.setattr("provisioning.services.cloud.get_cloud", lambda: cloud)
+    env = DisruptionEnv(recording)
+    env.cloud = cloud
+    yield env
     connections.reset()

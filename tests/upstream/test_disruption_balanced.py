@@ -226,15 +226,6 @@ def test_should_reject_a_well_packed_node_with_zero_savings(monkeypatch):
     assert result.refusal is not None and "score 0.00" in result.refusal
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "balanced_refusal refuses at `score < 1 / BALANCED_K` with no tolerance for floating-point noise: the pool's "
-        "cost is summed from its nodes (ten $4.84 nodes sum to 48.400000000000006), so a move scoring exactly 1/k = "
-        "0.5 computes as 0.49999999999999994 and is refused ('score 0.50; it needs at least 0.50'); upstream approves "
-        "it (score 0.5 >= threshold 0.5)"
-    ),
-)
 def test_should_approve_a_replace_in_a_uniform_pool(monkeypatch):
     """ScoreMove / when the pool is uniform / should approve a replace in a uniform pool
 
@@ -277,14 +268,6 @@ def test_should_produce_the_same_score_regardless_of_pool_size(monkeypatch):
     assert result10.score == pytest.approx(expected_score(savings, 4.0, DEFAULT_COST, DEFAULT_DISRUPTION), abs=0.02)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "balanced_refusal skips a Balanced pool whose total cost is 0 (`if pool_cost <= 0 ...: continue`), so the "
-        "move is approved; upstream's ScoreMove returns a zero score for zero totals (nothing to normalise "
-        "against) and rejects it"
-    ),
-)
 def test_should_reject_when_nodepool_cost_is_zero(monkeypatch):
     """ScoreMove / edge cases with zero values / should reject when nodepool cost is zero
 

@@ -252,14 +252,6 @@ def test_should_compute_correct_scores_zero_savings(monkeypatch):
     score_entry(0.0, 10, 0.0, False, monkeypatch)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "balanced_refusal's score for a move that costs more than it saves is negative (savings -5 of 100 for 10 "
-        "of 100: score -0.50, and its refusal says 'saves -5% ... (score -0.50)'; upstream's Score() is 0 for "
-        "non-positive savings. Both refuse the move"
-    ),
-)
 def test_should_compute_correct_scores_negative_savings(monkeypatch):
     """Balanced Scoring / ScoreMove (SavingsRatio) / should compute correct scores / negative savings"""
     score_entry(-5.0, 10, 0.0, False, monkeypatch)

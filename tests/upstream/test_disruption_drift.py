@@ -232,14 +232,6 @@ def test_should_only_consider_3_nodes_allowed_to_be_disrupted_because_of_budgets
     assert 0 < len({name for d in planned for name in d.nodes}) <= 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb carries out one voluntary command at a time: while the first drift command (one node) is in "
-        "progress no other is planned, so after 5 rounds 1 node is being disrupted where upstream enqueues 3 "
-        "commands, as many as the 30% budget of 10 nodes allows counting the commands in progress"
-    ),
-)
 def test_should_disrupt_3_nodes_taking_into_account_commands_in_progress(disruption_env: DisruptionEnv):
     """Drift / Budgets / should disrupt 3 nodes, taking into account commands in progress
 
@@ -379,16 +371,6 @@ def test_should_not_create_replacements_for_drifted_nodes_that_have_pods_with_th
     assert env.node_names() == {node}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "with a terminationGracePeriod, karpweb's drift goes past a pod's do-not-disrupt (as upstream) but plans "
-        "a replacement for that pod: a new NodeClaim (t3.micro spot) is created for it, where upstream's "
-        "SimulateScheduling leaves out pods that are not currently reschedulable (do-not-disrupt, fully blocking "
-        "PDB) and creates none; the planner simulates with every reschedulable pod of the node, not "
-        "eviction.Limits.currently_reschedulable"
-    ),
-)
 def test_should_not_create_replacements_for_do_not_disrupt_pods_when_the_termination_grace_period_is_set(
     disruption_env: DisruptionEnv,
 ):
@@ -420,15 +402,6 @@ def test_should_not_create_replacements_for_pods_with_blocking_pdbs_when_the_ter
     assert env.node_names() == {node}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the simulated cluster's pods have no status.startTime (cluster.simulated.pod_manifest rewrites status "
-        "as {phase: Running}, dropping the manifest's startTime, and bound_at is not used), so a duration "
-        "do-not-disrupt counts from a start karpweb never sees and protects the pod for ever: once the "
-        "duration has passed the node is still blocked and no replacement is created"
-    ),
-)
 def test_should_not_drift_nodes_with_pods_that_have_a_duration_based_do_not_disrupt_annotation_that_is_still_active(
     disruption_env: DisruptionEnv,
 ):
@@ -459,15 +432,6 @@ def test_should_drift_nodes_with_pods_that_have_an_invalid_do_not_disrupt_annota
     assert env.node_names() == {other}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the simulated cluster's pods have no status.startTime (cluster.simulated.pod_manifest rewrites status "
-        "as {phase: Running}, dropping the manifest's startTime, and bound_at is not used), so a duration "
-        "do-not-disrupt counts from a start karpweb never sees and protects the pod for ever: once the "
-        "duration has passed the node is still blocked and no replacement is created"
-    ),
-)
 def test_should_not_drift_nodes_until_the_longest_duration_based_do_not_disrupt_grace_period_expires(
     disruption_env: DisruptionEnv,
 ):
@@ -648,14 +612,6 @@ def test_should_drift_one_non_empty_node_at_a_time_starting_with_the_earliest_dr
 # ------------------------------------------------------------------ Static NodePool
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb's drift takes a static NodePool's (spec.replicas) nodes as any others: a Drifted command "
-        "deletes one of the two drifted static nodes (its pod fits on the other), where upstream's drift skips "
-        "them (OwnedByStaticNodePool: a static NodePool drifts through its own method, which karpweb lacks)"
-    ),
-)
 def test_should_not_consider_static_nodepool_for_drift(disruption_env: DisruptionEnv):
     """Drift / Static NodePool / should not consider static nodepool for drift
 

@@ -452,14 +452,6 @@ def test_should_wait_for_the_node_ttl_for_empty_nodes_before_consolidating(disru
     assert node not in env.node_names()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb takes a static NodePool's (spec.replicas) nodes as ordinary candidates: the round plans an Empty "
-        "command deleting both empty nodes of NodePool static (replicas 2), where upstream's emptiness and "
-        "consolidation never take a static NodePool's nodes (OwnedByStaticNodePool)"
-    ),
-)
 def test_should_not_consolidate_static_nodepool_nodes(disruption_env: DisruptionEnv):
     """Emptiness / Static NodePool / should not consolidate static NodePool nodes
 

@@ -394,14 +394,6 @@ def test_should_ensure_that_we_do_not_duplicate_capacity_for_disrupted_nodes_wit
 # ------------------------------------------------------------------ Disruption Taints
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb never removes a karpenter.sh/disrupted taint left on a node that no command in progress names "
-        "(upstream's controller strips it from every node not in the orchestration queue each round); the stale "
-        "taint stays, and the provisioner and scheduler keep treating the node as being deleted"
-    ),
-)
 def test_should_remove_taints_from_nodeclaims_that_were_left_tainted_from_a_previous_disruption_action(env):
     """Disruption Taints / should remove taints from NodeClaims that were left tainted from a previous disruption action
 
@@ -525,17 +517,11 @@ def test_should_have_a_standard_disruptioncost_for_a_pod_with_no_priority_or_dis
     assert eviction_cost(bare_pod()) == STANDARD_POD_COST
 
 
-@pytest.mark.xfail(
-    strict=True, reason=NO_DELETION_COST + "a deletion cost of 100 costs more than 1.0; karpweb gives 1.0"
-)
 def test_should_have_a_higher_disruptioncost_for_a_pod_with_a_positive_deletion_disruptioncost():
     """Pod Eviction Cost / should have a higher disruptionCost for a pod with a positive deletion disruptionCost"""
     assert eviction_cost(bare_pod(annotations={DELETION_COST: "100"})) > STANDARD_POD_COST
 
 
-@pytest.mark.xfail(
-    strict=True, reason=NO_DELETION_COST + "a deletion cost of -100 costs less than 1.0; karpweb gives 1.0"
-)
 def test_should_have_a_lower_disruptioncost_for_a_pod_with_a_positive_deletion_disruptioncost():
     """Pod Eviction Cost / should have a lower disruptionCost for a pod with a positive deletion disruptionCost
 
@@ -543,10 +529,6 @@ def test_should_have_a_lower_disruptioncost_for_a_pod_with_a_positive_deletion_d
     assert eviction_cost(bare_pod(annotations={DELETION_COST: "-100"})) < STANDARD_POD_COST
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=NO_DELETION_COST + "deletion costs 101 > 100 > 99 order the costs; karpweb gives 1.0 to all three",
-)
 def test_should_have_higher_costs_for_higher_deletion_costs():
     """Pod Eviction Cost / should have higher costs for higher deletion costs"""
     costs = [eviction_cost(bare_pod(annotations={DELETION_COST: value})) for value in ("101", "100", "99")]
@@ -611,7 +593,6 @@ def test_should_not_consider_candidates_that_have_do_not_disrupt_daemonset_pods_
     expect_blocked(env, node, pod, DO_NOT_DISRUPT)
 
 
-@pytest.mark.xfail(strict=True, reason=CLAIM_TGP + "do-not-disrupt pod")
 def test_should_consider_candidates_that_have_do_not_disrupt_pods_scheduled_with_a_terminationgraceperiod_set_for_eventual_disruption(
     env, pool
 ):
@@ -624,7 +605,6 @@ def test_should_consider_candidates_that_have_do_not_disrupt_pods_scheduled_with
     assert [c.reason for c in commands_for(env.plan(), node)] == [DRIFTED]
 
 
-@pytest.mark.xfail(strict=True, reason=CLAIM_TGP + "PDB-blocked pod")
 def test_should_consider_candidates_that_have_pdb_blocked_pods_scheduled_with_a_terminationgraceperiod_set_for_eventual_disruption(
     env, pool
 ):
@@ -685,11 +665,6 @@ def test_should_consider_candidates_that_have_do_not_disrupt_terminating_pods(en
     assert commands_for(env.plan(), node)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=TERMINAL_AS_RUNNING
-    + "their do-not-disrupt blocks the node, where upstream ignores a terminal pod's annotation",
-)
 def test_should_consider_candidates_that_have_do_not_disrupt_terminal_pods(env, pool):
     """Candidate Filtering / should consider candidates that have do-not-disrupt terminal pods
 
@@ -712,13 +687,6 @@ def test_should_not_consider_candidates_that_have_do_not_disrupt_on_nodes(env, p
     expect_blocked(env, node, DO_NOT_DISRUPT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb records the DisruptionBlocked event on the Node only (services.events.blocked); upstream publishes "
-        "the same event on the Node and on its NodeClaim (two events)"
-    ),
-)
 def test_should_not_consider_candidates_that_have_multiple_pdbs_on_the_same_pod(env, pool):
     """Candidate Filtering / should not consider candidates that have multiple PDBs on the same pod"""
     node = env.node(instance_type=MOST_EXPENSIVE)
@@ -780,11 +748,6 @@ def test_should_not_consider_candidates_that_have_fully_blocking_pdbs_without_a_
     expect_blocked(env, node, budget, pod)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=TERMINAL_AS_RUNNING + "their fully blocking PodDisruptionBudget blocks the node, where upstream never "
-    "evicts a terminal pod and so lets its budget pass",
-)
 def test_should_consider_candidates_that_have_fully_blocking_pdbs_on_terminal_pods(env, pool):
     """Candidate Filtering / should consider candidates that have fully blocking PDBs on terminal pods"""
     node = env.node(instance_type=MOST_EXPENSIVE)
@@ -818,15 +781,6 @@ def test_should_not_consider_candidates_that_has_just_a_node_representation(env,
     assert node not in chosen(env.plan())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb leaves an in-flight NodeClaim (launched, no Node registered) out of the candidates but explains it "
-        'as "no NodeClaim of this platform\'s launched it": the claim appears in the picture as a node named after '
-        "itself (provision.in_flight_documents) and _picture's claim_of finds no claim by node name; upstream's "
-        "reason is that the NodeClaim has no Node"
-    ),
-)
 def test_should_not_consider_candidate_that_has_just_a_nodeclaim_representation(env, pool):
     """Candidate Filtering / should not consider candidate that has just a NodeClaim representation
 
@@ -853,14 +807,6 @@ def test_should_not_consider_candidate_that_has_just_a_nodeclaim_representation(
     assert re.search(r"\b(no|without an?|no associated) node\b|not registered", why, re.I), why
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb has no notion of a node nominated for pending pods when choosing candidates: a node whose NodeClaim "
-        "a pending pod is nominated to (within the scheduler's bind grace) is consolidated like any other; upstream "
-        "skips a nominated node ('node is nominated for a pending pod') and records that event"
-    ),
-)
 def test_should_not_consider_candidates_that_are_nominated(env, pool):
     """Candidate Filtering / should not consider candidates that are nominated
 
@@ -875,14 +821,6 @@ def test_should_not_consider_candidates_that_are_nominated(env, pool):
     expect_blocked(env, node, "nominated")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        'karpweb leaves a node whose NodeClaim is being deleted out of the candidates but explains it as "no '
-        "NodeClaim of this platform's launched it\" (services.disruption._picture reads only claims in "
-        "NodeClaim.ACTIVE_STATES, so a deleting claim looks absent); upstream's reason is that the node is deleting"
-    ),
-)
 def test_should_not_consider_candidates_that_are_deleting(env, pool):
     """Candidate Filtering / should not consider candidates that are deleting
 
@@ -919,14 +857,6 @@ def test_should_not_consider_candidates_that_aren_t_yet_initialized(env, pool):
     assert "not initialized" in result.not_candidates[node]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb leaves a node without the karpenter.sh/nodepool label out silently (picture.left_out: 'not "
-        "Karpenter's'), recording no event; upstream records 'Node doesn't have required label "
-        "(label=karpenter.sh/nodepool)' on the node"
-    ),
-)
 def test_should_not_consider_candidates_that_are_not_owned_by_a_nodepool_no_karpenter_sh_nodepool_label(env, pool):
     """Candidate Filtering / should not consider candidates that are not owned by a NodePool (no karpenter.sh/nodepool label)"""
     node = env.node(instance_type=MOST_EXPENSIVE)
@@ -938,13 +868,6 @@ def test_should_not_consider_candidates_that_are_not_owned_by_a_nodepool_no_karp
     assert any(e.involved.name == node and NODEPOOL in e.message for e in env.cluster.events)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb notes a node of an unknown NodePool ('NodePool ghost is not known') but records no event; upstream "
-        "records 'NodePool not found (NodePool=...)' on the node"
-    ),
-)
 def test_should_not_consider_candidates_that_are_have_a_non_existent_nodepool(env, pool):
     """Candidate Filtering / should not consider candidates that are have a non-existent NodePool"""
     node = env.node(instance_type=MOST_EXPENSIVE, nodepool="ghost")

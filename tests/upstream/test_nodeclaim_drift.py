@@ -178,15 +178,6 @@ def test_should_detect_stale_instance_type_drift_if_the_instance_type_doesnt_exi
     assert drift_of(env, node) == "InstanceTypeNotFound"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb's InstanceTypeNotFound asks only whether the NodePool's instance types include the node's by "
-        "name: with every type of the catalog offered in no zone, m5.large is still listed (with no offerings) "
-        "and the node does not drift, where upstream drifts a NodeClaim whose type has no offering compatible "
-        "with it"
-    ),
-)
 def test_should_detect_stale_instance_type_drift_if_the_instance_type_offerings_doesnt_exist(
     disruption_env: DisruptionEnv, monkeypatch
 ):
@@ -201,15 +192,6 @@ def test_should_detect_stale_instance_type_drift_if_the_instance_type_offerings_
     assert drift_of(env, node) == "InstanceTypeNotFound"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb's InstanceTypeNotFound asks only whether the NodePool still offers the node's instance type by "
-        "name: m5.large offered only in us-east-1f does not drift a spot m5.large node in us-east-1a, where "
-        "upstream drifts a NodeClaim none of whose type's offerings is compatible with its labels (zone, "
-        "capacity type)"
-    ),
-)
 def test_should_detect_stale_instance_type_drift_if_the_instance_type_offerings_arent_compatible_with_the_nodeclaim(
     disruption_env: DisruptionEnv, monkeypatch
 ):
@@ -249,14 +231,6 @@ def test_should_detect_node_requirement_drift_before_cloud_provider_drift(disrup
     assert drift_of(env, node) == "RequirementsDrifted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb computes drift for every NodeClaim that has a Node, whatever its state: a NodeClaim still "
-        "launching (state launching) whose Node exists is reported AMIDrift, where upstream clears Drifted "
-        "until the NodeClaim is Launched"
-    ),
-)
 def test_should_remove_the_status_condition_from_the_nodeclaim_when_the_nodeclaim_launch_condition_is_unknown(
     disruption_env: DisruptionEnv,
 ):
