@@ -8,6 +8,7 @@ k = 2. Savings are split between pools by each pool's share of the removed nodes
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from provisioning.disruption.candidates import disruption_cost
 from provisioning.disruption.model import BALANCED, Candidate, PoolPolicy
@@ -16,14 +17,24 @@ BALANCED_K = 2.0
 SCORE_EPSILON = 1e-9
 
 
-def balanced_refusal(
+class PoolScore(NamedTuple):
+    """A Balanced pool's verdict on a move: the share of the pool's cost it saves, the share
+    of the pool's disruption it causes, and their ratio (0 when there is nothing to weigh)."""
+
+    score: float
+    saved: float
+    disrupted: float
+
+
+def scores(
     move: Sequence[Candidate],
     savings: float,
     pool_nodes: Mapping[str, Sequence[Candidate]],
     policies: Mapping[str, PoolPolicy],
-) -> str | None:
-    """Why a Balanced pool refuses the move, or None when every Balanced pool accepts it."""
+) -> dict[str, PoolScore]:
+    """Upstream's ``ScoreMove`` for each Balanced NodePool the move touches."""
     source = sum(c.price_per_hour for c in move)
+    out = {}
     for name in sorted({c.nodepool for c in move}):
         policy = policies.get(name)
         if policy is None or policy.consolidation_policy != BALANCED:
@@ -33,15 +44,30 @@ def balanced_refusal(
         pool_cost = sum(c.price_per_hour for c in nodes or ())
         pool_disruption = sum(disruption_cost(c) for c in nodes or ())
         if not nodes or pool_cost <= 0 or pool_disruption <= 0 or source <= 0:
-            # Nothing to weigh the move against: upstream scores it 0, which no pool accepts.
-            return f"NodePool {name} is Balanced, and its nodes cost nothing to weigh this move against (score 0)"
+            out[name] = PoolScore(0.0, 0.0, 0.0)  # nothing to weigh the move against
+            continue
         saved = max(0.0, savings) * sum(c.price_per_hour for c in mine) / source / pool_cost
         disrupted = sum(disruption_cost(c) for c in mine) / pool_disruption
-        score = saved / disrupted
+        out[name] = PoolScore(saved / disrupted, saved, disrupted)
+    return out
+
+
+def balanced_refusal(
+    move: Sequence[Candidate],
+    savings: float,
+    pool_nodes: Mapping[str, Sequence[Candidate]],
+    policies: Mapping[str, PoolPolicy],
+) -> str | None:
+    """Why a Balanced pool refuses the move, or None when every Balanced pool accepts it."""
+    for name, verdict in scores(move, savings, pool_nodes, policies).items():
         # A tolerance for the sums' float noise: a move scoring exactly 1/k passes, as upstream's.
-        if score < 1 / BALANCED_K - SCORE_EPSILON:
-            return (
-                f"NodePool {name} is Balanced: this move saves {saved:.0%} of the pool's cost for {disrupted:.0%} "
-                f"of its disruption (score {score:.2f}; it needs at least {1 / BALANCED_K:.2f})"
-            )
+        if verdict.score >= 1 / BALANCED_K - SCORE_EPSILON:
+            continue
+        if verdict.disrupted == 0:
+            return f"NodePool {name} is Balanced, and its nodes cost nothing to weigh this move against (score 0)"
+        return (
+            f"NodePool {name} is Balanced: this move saves {verdict.saved:.0%} of the pool's cost for "
+            f"{verdict.disrupted:.0%} of its disruption (score {verdict.score:.2f}; it needs at least "
+            f"{1 / BALANCED_K:.2f})"
+        )
     return None

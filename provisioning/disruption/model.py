@@ -168,6 +168,7 @@ class Candidate:
     # What keeps it out of consolidation (not emptiness or drift): a node without its instance
     # type, zone or capacity type label, whose price and replacements cannot be read.
     unconsolidatable: str | None = None
+    drifted_at: float | None = None  # when it was first seen drifted: the earliest drift goes first
 
     @property
     def empty(self) -> bool:

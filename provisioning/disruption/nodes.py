@@ -44,6 +44,7 @@ class Claim:
     expire_after_seconds: float | None | str = POOL
     termination_grace_period_seconds: float | None | str = POOL
     drift_reason: str | None = None
+    drifted_at: float | None = None
     disrupting: bool = False  # being replaced, drained or deleted already
     nominated: bool = False  # pending pods are nominated to it: the provisioner counts on its room
 
@@ -123,6 +124,7 @@ def candidate(
         pods=moving,
         last_pod_change_at=last_pod_change_at if last_pod_change_at is not None else claim.created_at,
         drift_reason=claim.drift_reason,
+        drifted_at=claim.drifted_at,
         blocked_by=node_blocked or pods_blocked,
         blocked_by_pods_only=node_blocked is None and pods_blocked is not None,
         disrupting=claim.disrupting or node.deleting,

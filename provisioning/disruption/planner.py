@@ -48,6 +48,24 @@ from provisioning.scheduling.plan import ClaimPlan
 from provisioning.scheduling.snapshot import Snapshot
 
 MAX_MULTI_NODE_CANDIDATES = 100  # upstream's bound on one multi-node consolidation
+EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE = (
+    "emptiness",
+    "drift",
+    "multi-node consolidation",
+    "single-node consolidation",
+)
+METHODS = (EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE)  # upstream's order
+
+
+def method_of(reason: str, nodes: int) -> str | None:
+    """The method that planned a command of ``reason`` over ``nodes`` nodes (None: expiration)."""
+    if reason == EMPTY:
+        return EMPTINESS
+    if reason == DRIFTED:
+        return DRIFT
+    if reason == UNDERUTILIZED:
+        return MULTI_NODE if nodes > 1 else SINGLE_NODE
+    return None
 
 
 def plan(
@@ -58,6 +76,7 @@ def plan(
     *,
     spot_to_spot: bool = False,
     solve: Solve | None = None,
+    after: str | None = None,
 ) -> DisruptionPlan:
     """Plan this round's disruptions.
 
@@ -66,13 +85,15 @@ def plan(
     cluster as a solver snapshot: every node that can take pods (in-flight NodeClaims included)
     with the pods bound to it, the NodePools with their instance types, the DaemonSets, and
     the pending pods (they join every simulation). ``spot_to_spot`` is upstream's
-    SpotToSpotConsolidation feature gate. ``solve`` defaults to THE solver.
+    SpotToSpotConsolidation feature gate. ``solve`` defaults to THE solver. ``after``: a
+    method (``METHODS``) whose command failed its re-check this round: only the methods after
+    it are tried, as upstream's loop goes on to the next method.
     """
     if solve is None:
         from provisioning.scheduling.solver import solve as solve_snapshot
 
         solve = solve_snapshot
-    return _Round(candidates, policies, cluster, now, spot_to_spot, solve).run()
+    return _Round(candidates, policies, cluster, now, spot_to_spot, solve).run(after)
 
 
 class _Budget:
@@ -154,7 +175,7 @@ class _Round:
 
     # ------------------------------------------------------------------ the round
 
-    def run(self) -> DisruptionPlan:
+    def run(self, after: str | None = None) -> DisruptionPlan:
         commands = self._expire()
         expiring = {name for command in commands for name in command.candidates}
         for c in self.candidates:
@@ -163,13 +184,10 @@ class _Round:
                 self.disrupting_count[c.nodepool] += 1
         open_ = self._open(c for c in self.candidates if c.name not in expiring)
         winner = ""
-        methods = (
-            ("emptiness", self._emptiness),
-            ("drift", self._drift),
-            ("multi-node consolidation", self._multi_node),
-            ("single-node consolidation", self._single_node),
-        )
-        for label, method in methods:
+        methods = dict(zip(METHODS, (self._emptiness, self._drift, self._multi_node, self._single_node), strict=True))
+        skip = METHODS.index(after) + 1 if after in METHODS else 0
+        for label in METHODS[skip:]:
+            method = methods[label]
             found = method(open_)
             if found:
                 commands += found
@@ -248,7 +266,11 @@ class _Round:
     def _drift(self, open_: Sequence[Candidate]) -> list[Command]:
         budget = _Budget(self, DRIFTED)
         drifted = []
-        for c in sorted((c for c in open_ if c.drift_reason), key=lambda c: (not c.empty, c.created_at, c.name)):
+        # Empty ones first, then the earliest drift (upstream sorts by the Drifted condition's time).
+        def order(c: Candidate) -> tuple:
+            return (not c.empty, c.drifted_at if c.drifted_at is not None else c.created_at, c.created_at, c.name)
+
+        for c in sorted((c for c in open_ if c.drift_reason), key=order):
             why = self._drift_blocked(c)
             if why:
                 self.note(c, why, final=True)

@@ -284,18 +284,42 @@ def decisions() -> Iterator[Metric]:
         "Number of disruption decisions performed. Labeled by disruption decision, reason, and consolidation type.",
         labels=["decision", "reason", "consolidation_type"],
     )
-    for key, n in sorted(_performed_disruptions().items()):
+    by_pool = CounterMetricFamily(
+        "karpenter_voluntary_disruption_decisions_by_nodepool",
+        "Number of disruption decisions performed by nodepool. Labeled by nodepool name, disruption decision, "
+        "reason, and consolidation type.",
+        labels=["nodepool", "decision", "reason", "consolidation_type"],
+    )
+    totals, pools = _performed_disruptions()
+    for key, n in sorted(totals.items()):
         performed.add_metric(list(key), n)
+    for key, n in sorted(pools.items()):
+        by_pool.add_metric(list(key), n)
     yield performed
+    yield by_pool
 
 
-def _performed_disruptions() -> Counter:
-    """Disruptions carried out (past their 15 s re-check), by Karpenter's labels. A command
-    that started replacing keeps its replacement claims even when cancelled later, so the
-    set of rows counted only grows."""
+def _performed_disruptions() -> tuple[Counter, Counter]:
+    """Disruptions carried out (past their 15 s re-check), by Karpenter's labels, and by
+    NodePool too (each NodePool of a command's nodes once, as upstream). A command that
+    started replacing keeps its replacement claims even when cancelled later, so the set of
+    rows counted only grows."""
     started = Q(state__in=(Disruption.State.DRAINING, Disruption.State.DONE)) | Q(replacements__isnull=False)
-    rows = Disruption.objects.filter(started).distinct().values_list("reason", "nodes", "replacement_plan")
-    return Counter(_disruption_labels(reason, nodes, plan) for reason, nodes, plan in rows)
+    rows = list(
+        Disruption.objects.filter(started).distinct().values_list("reason", "nodes", "replacement_plan", "nodeclaims")
+    )
+    pool_of = dict(
+        NodeClaim.objects.filter(name__in={c for *_, claims in rows for c in claims or ()}).values_list(
+            "name", "nodepool_name"
+        )
+    )
+    totals, pools = Counter(), Counter()
+    for reason, nodes, plan, claims in rows:
+        labels = _disruption_labels(reason, nodes, plan)
+        totals[labels] += 1
+        for pool in sorted({pool_of[c] for c in claims or () if c in pool_of}):
+            pools[(pool, *labels)] += 1
+    return totals, pools
 
 
 def _disruption_labels(reason: str, nodes: Iterable[str], plan: Any) -> tuple[str, str, str]:

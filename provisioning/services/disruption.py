@@ -28,7 +28,7 @@ from provisioning.disruption import drain as draining
 from provisioning.disruption import drift, planner
 from provisioning.disruption.eviction import Limits, budget_from_manifest
 from provisioning.disruption.model import Command, PoolPolicy, parse_duration
-from provisioning.disruption.nodes import POOL, Claim
+from provisioning.disruption.nodes import POOL, Claim, parse_time
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
 from provisioning.services import events
 from provisioning.services.disruptionview import Picture, read_picture
@@ -63,11 +63,18 @@ def run(now=None) -> Disruption | None:
     never holds consolidation up."""
     now = now or timezone.now()
     current = list(Disruption.objects.filter(state__in=ACTIVE).order_by("planned_at"))
-    cancelled = [d for d in current if not advance(d, now)]
+    rechecked = [d for d in current if d.state == Disruption.State.PLANNED]
+    for disruption in current:
+        advance(disruption, now)
     _release_strays()
-    if cancelled:  # the cluster moved under a plan: look again next round, as upstream does
-        return cancelled[0]
-    result = plan(now)
+    # A command the re-check dropped: the methods after its own are tried now, as upstream's
+    # loop goes on to the next method (after single-node, the last, nothing is).
+    dropped = [d for d in rechecked if d.state == Disruption.State.CANCELLED]
+    methods = [planner.method_of(d.reason, len(d.nodes)) for d in dropped]
+    last = max((planner.METHODS.index(m) for m in methods if m), default=None)
+    if last is not None and last == len(planner.METHODS) - 1:
+        return dropped[0]
+    result = plan(now, after=None if last is None else planner.METHODS[last])
     recorded = [_record(command, now) for command in result.commands]
     return next(iter(recorded), next(iter(current), None))
 
@@ -85,7 +92,7 @@ def _release_strays() -> None:
             log.info("node %s: removed a karpenter.sh/disrupted taint no disruption in progress explains", node.name)
 
 
-def plan(now=None, recheck: Disruption | None = None):
+def plan(now=None, recheck: Disruption | None = None, after: str | None = None):
     """The planners' view of the cluster now; also writes each node's note for the dashboard.
 
     ``recheck``: a planned command being validated. Only its nodes may be chosen then (the
@@ -105,8 +112,9 @@ def plan(now=None, recheck: Disruption | None = None):
         ]
         return planner.plan(candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot)
     result = planner.plan(
-        candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot
+        candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot, after=after
     )
+    _stamp_drift(candidates, now)
     in_command = {name for c in result.commands for name in c.candidates}
     for name, why in result.not_candidates.items():
         ClusterNode.objects.filter(name=name).exclude(disruption_note=why).update(disruption_note=why[:2000])
@@ -140,6 +148,21 @@ def what_if(now=None) -> dict:
         spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
     )
     return answer(picture, picture.candidates, result, time.perf_counter() - started)
+
+
+def _stamp_drift(candidates, now) -> None:
+    """Keep on each claim when it was first seen drifted (the earliest drift is replaced
+    first, as upstream orders by its Drifted condition), and forget it once it is not."""
+    drifted = {c.nodeclaim: c for c in candidates if c.drift_reason}
+    for claim in NodeClaim.objects.filter(name__in=[c.nodeclaim for c in candidates]):
+        stamped = "driftedAt" in claim.spec
+        if claim.name in drifted and not stamped:
+            claim.spec = {**claim.spec, "driftedAt": now.isoformat()}
+        elif claim.name not in drifted and stamped:
+            claim.spec = {k: v for k, v in claim.spec.items() if k != "driftedAt"}
+        else:
+            continue
+        claim.save(update_fields=["spec"])
 
 
 def _policy(pool: NodePool) -> PoolPolicy | None:
@@ -214,6 +237,7 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
             )
         own = row.spec.get("expireAfter")
         grace = row.spec.get("terminationGracePeriod")
+        seen = parse_time(row.spec.get("driftedAt")) if reason else None
         return Claim(
             name=row.name,
             nodepool=row.nodepool_name,
@@ -230,6 +254,7 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
             ),
             nominated=row.name in nominated or row.name in replacing,
             drift_reason=None if reason is None else drift.explain(reason, row.nodepool_name, row.nodeclass_name),
+            drifted_at=None if reason is None else seen if seen is not None else now.timestamp(),
             disrupting=node.name in disrupting,
         )
 

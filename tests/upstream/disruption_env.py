@@ -203,7 +203,7 @@ class DisruptionEnv:
             capacity_type=capacity_type,
             price_per_hour=self.price(instance_type, zone, capacity_type),
             node_name=node_name,
-            instance_id=f"i-{next(_names):017x}",
+            instance_id=f"i-{next(_names):012x}00000",
             launch_options=[
                 {"instanceType": instance_type, "zone": zone, "capacityType": capacity_type, "price": 0.0}
             ],
@@ -349,7 +349,7 @@ class DisruptionEnv:
             claim.move(
                 NodeClaim.State.PENDING,
                 NodeClaim.State.LAUNCHED,
-                instance_id=f"i-{next(_names):017x}",
+                instance_id=f"i-{next(_names):012x}00000",
                 instance_type=option["instanceType"],
                 zone=option["zone"],
                 capacity_type=option["capacityType"],

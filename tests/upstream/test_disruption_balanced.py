@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -118,7 +117,6 @@ class Scored(NamedTuple):
     disrupted_percent: str
 
 
-_STATED = re.compile(r"saves (-?\d+)% of the pool's cost for (-?\d+)% of its disruption")
 
 
 def score_of(
@@ -126,32 +124,17 @@ def score_of(
     savings: float,
     pool_nodes: Mapping[str, Sequence[Candidate]],
     pool_policies: Mapping[str, PoolPolicy],
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch | None = None,
 ) -> Scored:
-    """``ScoreMove`` through karpweb's ``balanced_refusal``: whether it approves at the module's k,
-    the score (the threshold where approval turns, bisected on ``BALANCED_K``; +inf when no
-    threshold refuses it, as when no Balanced pool scores it) and the stated fractions."""
-    k = balanced.BALANCED_K
+    """``ScoreMove`` through karpweb's ``balanced.scores`` and ``balanced_refusal``: whether it
+    approves at the module's k, the lowest score of the Balanced pools it touches (+inf when none
+    scores it) and that pool's fractions as whole percents."""
     refusal = balanced_refusal(move, savings, pool_nodes, pool_policies)
-
-    def approves(threshold: float) -> bool:
-        monkeypatch.setattr(balanced, "BALANCED_K", 1 / threshold if threshold else math.inf)
-        return balanced_refusal(move, savings, pool_nodes, pool_policies) is None
-
-    low, high = -1e6, 1e6
-    if approves(high):
-        score = math.inf
-    else:
-        for _ in range(200):
-            middle = (low + high) / 2
-            low, high = (middle, high) if approves(middle) else (low, middle)
-        score = low
-    monkeypatch.setattr(balanced, "BALANCED_K", 1e-12)  # a threshold nothing meets: the refusal states the fractions
-    stated = balanced_refusal(move, savings, pool_nodes, pool_policies)
-    monkeypatch.setattr(balanced, "BALANCED_K", k)
-    match = _STATED.search(stated or "")
-    saved, disrupted = (f"{match.group(1)}%", f"{match.group(2)}%") if match else ("", "")
-    return Scored(refusal is None, score, refusal, saved, disrupted)
+    verdicts = balanced.scores(move, savings, pool_nodes, pool_policies)
+    if not verdicts:
+        return Scored(refusal is None, math.inf, refusal, "", "")
+    worst = min(verdicts.values(), key=lambda v: v.score)
+    return Scored(refusal is None, worst.score, refusal, f"{worst.saved:.0%}", f"{worst.disrupted:.0%}")
 
 
 # ------------------------------------------------------------------ the RFC pool

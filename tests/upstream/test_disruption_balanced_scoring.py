@@ -122,15 +122,6 @@ def test_should_skip_non_balanced_pools_and_approve_unconditionally(monkeypatch)
     assert not scored.approved
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "balanced_refusal scores a Balanced pool missing from pool_nodes against the move alone "
-        "(pool_nodes.get(name, mine)), so a delete saves 100% for 100% (score 1.0) and is approved; upstream's "
-        "EvaluateBalancedMove scores a pool missing from its totals as zero totals: score 0, rejected. (The "
-        "planner passes every candidate's pool today, so the fallback is not reached from a round.)"
-    ),
-)
 def test_should_reject_when_candidate_nodepool_is_missing_from_totals_map(monkeypatch):
     """Balanced Scoring / EvaluateBalancedMove / should reject when candidate NodePool is missing from totals map"""
     move = node("pool-missing", XLARGE, 1)

@@ -1538,24 +1538,21 @@ def _continue_to_single(env: DisruptionEnv, capacity_type: str) -> None:
 
 
 def carry_out_command(env: DisruptionEnv, command: Disruption, rounds: int = 10) -> None:
+    """``ExpectObjectReconciled(queue, ...)``: the command carried on, step by step, with no new
+    command planned meanwhile (upstream reconciles the queue, not the disruption controller)."""
+    from provisioning.services import disruption as service
+
     for _ in range(rounds):
         command.refresh_from_db()
         if command.state in (Disruption.State.DONE, Disruption.State.CANCELLED):
             assert command.state == Disruption.State.DONE, command.message
             return
-        env.step()
+        service.advance(command, env.now)
+        env.launch_and_register()
+        env.advance(16)
     raise AssertionError(f"disruption {command.pk} still {command.state}: {command.message}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the merge is not dropped at the re-check though the two extra 1-cpu pods change the instance types that "
-        "hold the pods: karpweb keeps a command whose nodes and reason are unchanged and launches the fresh "
-        "plan's replacement for all three nodes; upstream's validator drops it (planned types not a subset of the "
-        "re-simulation's) and single-node consolidation deletes the third node, leaving two"
-    ),
-)
 def test_should_continue_to_single_nodeclaim_consolidation_when_multi_nodeclaim_consolidation_fails_validation_after_the_node_ttl_if_the_candidate_is_on_demand_node(
     env,
 ):
@@ -1565,15 +1562,6 @@ def test_should_continue_to_single_nodeclaim_consolidation_when_multi_nodeclaim_
     _continue_to_single(env, "on-demand")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the merge is not dropped at the re-check though the two extra 1-cpu pods change the instance types that "
-        "hold the pods: karpweb keeps a command whose nodes and reason are unchanged and launches the fresh "
-        "plan's replacement for all three nodes; upstream's validator drops it (planned types not a subset of the "
-        "re-simulation's) and single-node consolidation deletes the third node, leaving two"
-    ),
-)
 def test_should_continue_to_single_nodeclaim_consolidation_when_multi_nodeclaim_consolidation_fails_validation_after_the_node_ttl_if_the_candidate_is_spot_node(
     env,
 ):

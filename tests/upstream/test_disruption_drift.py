@@ -543,15 +543,6 @@ def test_should_untaint_nodes_when_drift_replacement_fails(disruption_env: Disru
     assert not env.tainted(node)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the disruption round plans with every offering of the catalog, ignoring the ICE cache "
-        "(services.disruption._picture gives the reader no unavailable offerings, where provisioning does): "
-        "the drift replacement is one c5.xlarge on demand, an offering marked out of capacity in every zone, "
-        "where upstream's simulation uses only available offerings and launches three c5.large"
-    ),
-)
 def test_can_replace_drifted_nodes_with_multiple_nodes(disruption_env: DisruptionEnv, out_of_capacity):
     """Drift / Drift / can replace drifted nodes with multiple nodes
 
@@ -580,25 +571,19 @@ def test_can_replace_drifted_nodes_with_multiple_nodes(disruption_env: Disruptio
     assert len(env.node_names()) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb keeps no time at which a node drifted (drift is recomputed from hashes each round; upstream "
-        "sorts by the Drifted condition's lastTransitionTime): drifted non-empty nodes are taken oldest-created "
-        "first, then by name, so of two nodes created together it replaces node-a, not node-b that drifted an "
-        "hour earlier"
-    ),
-)
 def test_should_drift_one_non_empty_node_at_a_time_starting_with_the_earliest_drift(disruption_env: DisruptionEnv):
     """Drift / Drift / should drift one non-empty node at a time, starting with the earliest drift
 
     Two nodes created together, each with a 30-cpu pod that only fits alone on a node;
-    node-b drifted an hour before node-a (upstream's condition time: karpweb has nothing to
-    record it in, so only this docstring says it)."""
+    node-b drifted an hour before node-a (upstream's Drifted condition time; karpweb's is the
+    claim's ``driftedAt``, stamped when a round first sees it drifted)."""
     env = disruption_env
     env.apply(drift_pool())
     node_a = drifted_node(env, "node-a")
     node_b = drifted_node(env, "node-b")
+    claim = NodeClaim.objects.get(node_name=node_b)
+    claim.spec = {**claim.spec, "driftedAt": (env.now - timedelta(hours=1)).isoformat()}
+    claim.save(update_fields=["spec"])
     env.pod(node=node_a, cpu="30", labels=APP)
     env.pod(node=node_b, cpu="30", labels=APP)
     commands = carry_out(env)

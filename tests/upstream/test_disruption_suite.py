@@ -307,23 +307,14 @@ def test_should_allow_pods_on_deleting_nodes_to_reschedule_to_uninitialized_node
     assert any(pod in claim.pods for claim in result.plan.claims)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb starts no voluntary command while another is in progress (services.disruption.run plans only "
-        "expiration when a non-expiration Disruption is active), so with the first drifted node's replacement in "
-        "flight no second drifted node is replaced although the budget (nodes: 3) allows three at once; upstream's "
-        "orchestration queue runs commands concurrently up to the budget (12 NodeClaims after the second "
-        "reconcile, 13 after the third; karpweb stays at 11)"
-    ),
-)
 def test_should_allow_multiple_replace_operations_to_happen_successively(env):
     """Simulate Scheduling / should allow multiple replace operations to happen successively
 
     Ten drifted dear nodes, each labelled test-partition=i and holding a pod selecting it, so
-    each needs its own replacement; budget 3 nodes, consolidateAfter Never. Each reconcile (plan,
-    then start after the 15 s re-check) replaces one more while the earlier replacements are
-    still in flight, until three are: the fourth finds the budget used up."""
+    each needs its own replacement; budget 3 nodes, consolidateAfter Never. Each reconcile (here
+    a round: the re-check of the command planned 15 s before, and the next plan) replaces one
+    more while the earlier replacements are still in flight, until three are: the fourth finds
+    the budget used up."""
     partition = {"key": "test-partition", "operator": "Exists"}
     env.apply(node_pool(requirements=[partition], consolidate_after="Never", budgets=[{"nodes": "3"}]))
     nodes = [
@@ -332,9 +323,11 @@ def test_should_allow_multiple_replace_operations_to_happen_successively(env):
     ]
     for i, node in enumerate(nodes):
         env.pod(node=node, cpu="100m", memory="100Mi", spec={"nodeSelector": {"test-partition": str(i)}})
+    round_without_launch(env)  # the first planned
     for expected in (11, 12, 13):
-        round_without_launch(env)  # planned
-        round_without_launch(env)  # re-checked 15 s later: replacing
+        # Each round re-checks the command planned 15 s earlier (replacing) and plans the next:
+        # upstream's reconcile, which plans and re-checks in one go.
+        round_without_launch(env)
         assert len(active_claims()) == expected
     assert len(tainted_nodes()) == 3
     round_without_launch(env)
@@ -929,10 +922,6 @@ def test_should_not_consider_candidates_that_are_actively_being_processed_in_the
 
 # ------------------------------------------------------------------ Metrics
 
-NO_NODEPOOL_METRIC = (
-    "karpweb exports karpenter_voluntary_disruption_decisions (decision, reason, consolidation_type) but not "
-    "upstream's per-NodePool counter karpenter_voluntary_disruption_decisions_by_nodepool_total"
-)
 
 
 def started(env: DisruptionEnv) -> None:
@@ -945,7 +934,6 @@ ON_DEMAND = {"key": CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}
 SMALL_POD = {"cpu": "50m", "memory": "64Mi"}  # upstream's test.Pods() request nothing; four fit a t4g.micro
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NODEPOOL_METRIC)
 def test_should_fire_metrics_for_single_node_empty_disruption(env):
     """Metrics / should fire metrics for single node empty disruption"""
     env.apply(node_pool(requirements=[ON_DEMAND]))
@@ -954,7 +942,6 @@ def test_should_fire_metrics_for_single_node_empty_disruption(env):
     expect_decision_metrics({"decision": "delete", "reason": "empty", "consolidation_type": "empty"})
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NODEPOOL_METRIC)
 def test_should_fire_metrics_for_single_node_delete_disruption(env):
     """Metrics / should fire metrics for single node delete disruption
 
@@ -970,7 +957,6 @@ def test_should_fire_metrics_for_single_node_delete_disruption(env):
     expect_decision_metrics({"decision": "delete", "reason": "drifted"})
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NODEPOOL_METRIC)
 def test_should_fire_metrics_for_single_node_replace_disruption(env):
     """Metrics / should fire metrics for single node replace disruption
 
@@ -982,7 +968,6 @@ def test_should_fire_metrics_for_single_node_replace_disruption(env):
     expect_decision_metrics({"decision": "replace", "reason": "drifted"})
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NODEPOOL_METRIC)
 def test_should_fire_metrics_for_multi_node_empty_disruption(env):
     """Metrics / should fire metrics for multi-node empty disruption"""
     env.apply(node_pool(requirements=[ON_DEMAND]))
@@ -992,7 +977,6 @@ def test_should_fire_metrics_for_multi_node_empty_disruption(env):
     expect_decision_metrics({"decision": "delete", "reason": "empty", "consolidation_type": "empty"})
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NODEPOOL_METRIC)
 def test_should_fire_metrics_for_multi_node_delete_disruption(env):
     """Metrics / should fire metrics for multi-node delete disruption
 
@@ -1007,7 +991,6 @@ def test_should_fire_metrics_for_multi_node_delete_disruption(env):
     expect_decision_metrics({"decision": "delete", "reason": "underutilized", "consolidation_type": "multi"})
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NODEPOOL_METRIC)
 def test_should_fire_metrics_for_multi_node_replace_disruption(env):
     """Metrics / should fire metrics for multi-node replace disruption
 
