@@ -102,4 +102,12 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # The disruption ports read the service's models: Django is set up as pytest sets it up.
+    import os
+
+    import django
+
+    sys.path.insert(0, str(HERE.parent.parent))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "karpweb.settings")
+    django.setup()
     raise SystemExit(main(sys.argv[1:]))
