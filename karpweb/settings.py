@@ -250,6 +250,9 @@ KARPWEB_REGISTRATION_TIMEOUT_SECONDS = env_float("KARPWEB_REGISTRATION_TIMEOUT_S
 KARPWEB_LAUNCH_STUCK_SECONDS = env_float("KARPWEB_LAUNCH_STUCK_SECONDS", 120)
 # Consolidation may replace spot with cheaper spot only when this is on (as upstream's gate).
 KARPWEB_SPOT_TO_SPOT_CONSOLIDATION = env_bool("KARPWEB_SPOT_TO_SPOT_CONSOLIDATION", False)
+# How long a disruption round's consolidation simulations may take before single-node
+# consolidation stops and goes on next round (upstream times its methods out too).
+KARPWEB_CONSOLIDATION_SECONDS = env_float("KARPWEB_CONSOLIDATION_SECONDS", 3.0)
 # How the solver treats preferences and minValues, and what of kube-scheduler's configuration
 # it mirrors: upstream's PREFERENCE_POLICY (Respect|Ignore), MIN_VALUES_POLICY
 # (Strict|BestEffort) and SCHEDULER_CONFIG (a YAML/JSON document with

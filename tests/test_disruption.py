@@ -557,3 +557,28 @@ def test_the_package_imports_no_framework():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_single_node_consolidation_stops_at_its_time_and_goes_on_from_there_next_round(monkeypatch):
+    from provisioning.disruption import planner as planner_module
+
+    # Four full nodes: nothing can move, so single-node consolidation tries each in turn.
+    nodes = [node(f"n{i}", "m5.xlarge", pods(f"web{i}", 1, "3500m", "13Gi")) for i in range(4)]
+    seconds = iter(range(1000))
+    monkeypatch.setattr(planner_module.time, "perf_counter", lambda: float(next(seconds)))  # a second a reading
+    tried: list[set[str]] = []
+
+    def counting(snapshot):
+        tried[-1].update(p.name.split("-")[0] for p in snapshot.pods)
+        return solve(snapshot)
+
+    resume = 0
+    for _ in range(3):
+        tried.append(set())
+        result = run(nodes, solve=counting, budget_seconds=1.5, resume=resume)
+        assert result.commands == ()
+        resume = result.resume
+    first, second, third = tried
+    assert first and second and first != second  # each round goes on where the last stopped
+    assert first | second | third == {"web0", "web1", "web2", "web3"}
+    assert any("ran out" in why for why in result.not_candidates.values())

@@ -206,3 +206,5 @@ class DisruptionPlan:
 
     commands: tuple[Command, ...] = ()
     not_candidates: Mapping[str, str] = field(default_factory=dict)
+    # Where single-node consolidation goes on next round when its time ran out (0: from the top).
+    resume: int = 0

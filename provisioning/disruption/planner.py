@@ -16,6 +16,7 @@ are counted per NodePool and reason. Every candidate left alone gets a sentence 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -77,6 +78,8 @@ def plan(
     spot_to_spot: bool = False,
     solve: Solve | None = None,
     after: str | None = None,
+    budget_seconds: float | None = None,
+    resume: int = 0,
 ) -> DisruptionPlan:
     """Plan this round's disruptions.
 
@@ -87,13 +90,20 @@ def plan(
     the pending pods (they join every simulation). ``spot_to_spot`` is upstream's
     SpotToSpotConsolidation feature gate. ``solve`` defaults to THE solver. ``after``: a
     method (``METHODS``) whose command failed its re-check this round: only the methods after
-    it are tried, as upstream's loop goes on to the next method.
+    it are tried, as upstream's loop goes on to the next method. ``budget_seconds`` bounds the
+    consolidation methods' simulations (upstream times them out too); single-node consolidation
+    then stops where it is and says so, and the plan's ``resume`` is where it starts the next
+    round (given back as ``resume``), so every candidate is looked at in turn.
     """
     if solve is None:
         from provisioning.scheduling.solver import solve as solve_snapshot
 
         solve = solve_snapshot
-    return _Round(candidates, policies, cluster, now, spot_to_spot, solve).run(after)
+    round_ = _Round(candidates, policies, cluster, now, spot_to_spot, solve)
+    round_.deadline = None if budget_seconds is None else time.perf_counter() + budget_seconds
+    round_.budget_seconds = budget_seconds
+    round_.resume = resume
+    return round_.run(after)
 
 
 class _Budget:
@@ -144,6 +154,10 @@ class _Round:
         self.solve = solve
         self.pools = {pool.name: pool for pool in cluster.nodepools}
         self.why_not: dict[str, str] = {}
+        self.deadline: float | None = None
+        self.budget_seconds: float | None = None
+        self.resume = 0
+        self.next_resume = 0
         self.final_notes: set[str] = set()
         self.uninitialized = frozenset(c.name for c in candidates if not c.initialized)
         # Budgets count the pool's initialized nodes; those NotReady or already going away use
@@ -200,7 +214,10 @@ class _Round:
             else "nothing to do: it is not empty, not drifted, and no cheaper arrangement without it was found"
         )
         not_candidates = {c.name: self.why_not.get(c.name, left_alone) for c in self.candidates if c.name not in chosen}
-        return DisruptionPlan(tuple(commands), not_candidates)
+        return DisruptionPlan(tuple(commands), not_candidates, self.next_resume)
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
 
     def _open(self, candidates: Iterable[Candidate]) -> list[Candidate]:
         """The candidates any voluntary method may look at: known pool, not already going away."""
@@ -360,7 +377,7 @@ class _Round:
         # floor, one that does not lowers the ceiling; the largest that worked wins.
         best: Command | None = None
         low, high = 1, len(batch) - 1
-        while low <= high:
+        while low <= high and not (best is not None and self.out_of_time()):
             middle = (low + high) // 2
             result = self._consolidate(batch[: middle + 1], multi_node=True)
             if isinstance(result, Command):
@@ -371,7 +388,20 @@ class _Round:
 
     def _single_node(self, open_: Sequence[Candidate]) -> list[Command]:
         budget = _Budget(self, UNDERUTILIZED)
-        for c in interleave_pools(self._consolidatable(open_)):
+        ordered = interleave_pools(self._consolidatable(open_))
+        start = self.resume % len(ordered) if ordered else 0
+        for step, c in enumerate(ordered[start:] + ordered[:start]):
+            if step and self.out_of_time():
+                # Upstream times single-node consolidation out too; here the next round goes on
+                # from this candidate, so each is looked at in turn.
+                self.next_resume = (start + step) % len(ordered)
+                why = (
+                    f"not evaluated this round: consolidation's {duration(self.budget_seconds or 0)} ran out; "
+                    "it is looked at next round"
+                )
+                for rest in (ordered[start:] + ordered[:start])[step:]:
+                    self.note(rest, why)
+                return []
             if budget.left(c.nodepool) <= 0:
                 self.note(c, budget.why_exhausted(c.nodepool))
                 continue

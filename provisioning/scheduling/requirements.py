@@ -431,6 +431,10 @@ class Incompatibility:
         return self.message
 
 
+_FROM_LABELS: dict[frozenset, Requirements] = {}
+_FROM_LABELS_LIMIT = 16384
+
+
 class Requirements(Mapping[str, Requirement]):
     """An immutable mapping key -> Requirement. Requirements on the same key intersect."""
 
@@ -465,8 +469,22 @@ class Requirements(Mapping[str, Requirement]):
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, Any] | None) -> Requirements:
-        """Each label as ``In [value]`` (node labels, instance-type labels, a pod's nodeSelector)."""
-        return cls(Requirement.of(key, IN, (value,)) for key, value in (labels or {}).items())
+        """Each label as ``In [value]`` (node labels, instance-type labels, a pod's nodeSelector).
+
+        Kept per distinct label set (Requirements never change once made): a cluster's nodes
+        are read as requirements in every simulation of a disruption round."""
+        if not labels:
+            return cls()
+        try:
+            key = frozenset(labels.items())
+        except TypeError:  # an unhashable value: read it afresh
+            return cls(Requirement.of(k, IN, (v,)) for k, v in labels.items())
+        found = _FROM_LABELS.get(key)
+        if found is None:
+            if len(_FROM_LABELS) >= _FROM_LABELS_LIMIT:
+                _FROM_LABELS.clear()
+            found = _FROM_LABELS[key] = cls(Requirement.of(k, IN, (v,)) for k, v in labels.items())
+        return found
 
     @classmethod
     def from_node_selector_term(cls, term: Any) -> Requirements:

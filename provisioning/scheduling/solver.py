@@ -122,9 +122,11 @@ class _Run:
             self.topology.owns_inverse(pod)
         for b, node in zip(self.bins, self.nodes, strict=True):
             labels = {**b.labels, HOSTNAME: b.domain(HOSTNAME) or b.name}
+            as_requirements = None  # the node's labels as requirements, read once for all its pods
             for pod in node.pods:
                 if pod.counts_for_topology:
-                    self.topology.count_bound(pod, b.taints, labels)
+                    as_requirements = as_requirements or Requirements.from_labels(labels)
+                    self.topology.count_bound(pod, b.taints, labels, as_requirements)
         self.remaining = {m.name: self._limits(m) for m in self.pools}
         self._committed = {m.name: np.zeros(len(self.resources), dtype=np.int64) for m in self.pools}
         self.placed: dict[str, Bin] = {}

@@ -307,9 +307,17 @@ class Topology:
 
     # ---------------------------------------------------------------- counting
 
-    def count_bound(self, pod: Pod, taints: tuple[Taint, ...], labels: Mapping[str, str]) -> None:
-        """A pod already running on a node with ``labels`` (hostname included) and ``taints``."""
-        requirements = Requirements.from_labels(labels)
+    def count_bound(
+        self,
+        pod: Pod,
+        taints: tuple[Taint, ...],
+        labels: Mapping[str, str],
+        requirements: Requirements | None = None,
+    ) -> None:
+        """A pod already running on a node with ``labels`` (hostname included) and ``taints``;
+        ``requirements``: those labels as requirements, when the caller has them already."""
+        if requirements is None:
+            requirements = Requirements.from_labels(labels)
         self._placed.append((pod, taints, requirements, None))
         for group in self.selecting(pod):
             self._count(group, taints, requirements, None)

@@ -112,8 +112,16 @@ def plan(now=None, recheck: Disruption | None = None, after: str | None = None):
         ]
         return planner.plan(candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot)
     result = planner.plan(
-        candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot, after=after
+        candidates,
+        picture.policies,
+        picture.snapshot,
+        now.timestamp(),
+        spot_to_spot=spot_to_spot,
+        after=after,
+        budget_seconds=settings.KARPWEB_CONSOLIDATION_SECONDS,
+        resume=_resume(),
     )
+    _resume(result.resume)
     _stamp_drift(candidates, now)
     in_command = {name for c in result.commands for name in c.candidates}
     for name, why in result.not_candidates.items():
@@ -146,8 +154,29 @@ def what_if(now=None) -> dict:
         picture.snapshot,
         now.timestamp(),
         spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
+        budget_seconds=settings.KARPWEB_CONSOLIDATION_SECONDS,
+        resume=_resume(),  # where the next round goes on; read, not moved
     )
     return answer(picture, picture.candidates, result, time.perf_counter() - started)
+
+
+RESUME_KEY = "karpweb:disruption:single-node-resume"
+
+
+def _resume(value: int | None = None) -> int:
+    """Where single-node consolidation goes on this round (read), or next round (``value``),
+    kept in Redis so every worker goes on from the same place; 0 when Redis cannot say."""
+    from provisioning.services import connections
+
+    try:
+        redis = connections.get_redis()
+        if value is not None:
+            redis.set(RESUME_KEY, value)
+            return value
+        return int(redis.get(RESUME_KEY) or 0)
+    except Exception as exc:  # no Redis here: start from the top, as a fresh round does
+        log.debug("single-node resume point unavailable: %s", exc)
+        return 0
 
 
 def _stamp_drift(candidates, now) -> None:
