@@ -1,13 +1,15 @@
 """Disruption: every 10 s, plan with the pure planners (``provisioning.disruption``), and
 carry each command through its steps.
 
-    planned ──15 s, re-planned against fresh state──▶ replacing ──replacements Ready──▶
-    draining (taint karpenter.sh/disrupted, cordon, evict through PDBs) ──empty──▶
-    terminated in EC2 ──▶ done;   or cancelled when the re-check no longer finds it.
+    planned ──15 s, re-planned against fresh state──▶ tainted karpenter.sh/disrupted,
+    replacing ──replacements Ready──▶ draining (evict in upstream's order through PDBs)
+    ──empty──▶ terminated in EC2 ──▶ done;   or cancelled when the re-check no longer finds
+    it, or when a replacement fails (the taint is removed).
 
-One command is in progress at a time, as upstream; expiration is forceful (no replacement
-first, no budget). Every step is recorded on the ``Disruption`` row with its reason and
-savings, for the dashboard; every node left alone gets a sentence saying why.
+A command is planned each round; several may be in progress at once within the budgets, as
+in upstream's orchestration queue; expiration is forceful (no replacement first, no budget).
+Every step is recorded on the ``Disruption`` row with its reason and savings, for the
+dashboard; every node left alone gets a sentence saying why.
 """
 
 from __future__ import annotations
