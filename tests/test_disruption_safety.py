@@ -237,11 +237,18 @@ def test_an_expiring_node_does_not_hold_consolidation_up(env):
 
 def test_budgets_count_not_ready_nodes_and_not_uninitialized_ones(env):
     env.apply(node_pool(requirements=[ON_DEMAND], budgets=[{"nodes": "1"}]))
-    env.node(ready=False)
+    not_ready = env.node(ready=False)
     empty = env.node()
     result = env.plan()
     assert not result.commands
     assert "budget" in result.not_candidates[empty]
+    # Once the NotReady node is gone, a node still initializing that is being disrupted uses
+    # up nothing: only initialized nodes count, as upstream's BuildDisruptionBudgetMapping.
+    ClusterNode.objects.filter(name=not_ready).delete()
+    starting = env.node(initialized=False)
+    Disruption.objects.create(reason="Underutilized", nodes=[starting], state=Disruption.State.REPLACING)
+    result = env.plan()
+    assert [c.candidates for c in result.commands] == [(empty,)]
 
 
 # ------------------------------------------------------------------ drift
