@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds manifests image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-ui fuzz-api fuzz-solver clean
+.PHONY: setup run test test-fast lint crds manifests image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-disruption bench-ui fuzz-api fuzz-solver clean
 
 setup: $(STAMP)
 
@@ -83,6 +83,12 @@ bench-pipeline: setup
 bench-capacity: setup
 	$(PY) bench/capacity.py
 	$(PY) bench/webhook_latency.py --concurrency 8 --duration 15
+
+# Disruption rounds on 1,000 nodes after 60% of their 10,000 pods went away, until nothing is
+# left to consolidate: round time, cost against the LP bound, evictions, PDB and do-not-disrupt
+# violations (`bench/disruption.py --small` for a quick check).
+bench-disruption: setup
+	$(PY) bench/disruption.py
 
 # schemathesis against the OpenAPI schema: no server errors, only documented answers.
 fuzz-api: setup

@@ -1,0 +1,61 @@
+"""bench/disruption.py on a tiny cluster: the rounds converge, nothing protected is disrupted,
+and every figure is printed. (Times are printed, never asserted.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "disruption.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_disruption", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.django_db(transaction=True)  # replacements launch when their transaction commits
+def test_a_tiny_cluster_is_consolidated_without_violations(capsys):
+    from provisioning.models import ClusterNode, ClusterPod
+    from provisioning.services import dispatch
+
+    installed = dispatch._installed
+    status = _bench().main(["--nodes", "20", "--pods", "150", "--seed", "3", "--json"])
+    out = capsys.readouterr().out
+    result = json.loads(out.strip().splitlines()[-1])
+
+    assert status == 0
+    assert result["converged"]
+    assert result["violations"] == 0
+    assert result["violations_do_not_disrupt"] == 0 and result["violations_pdb"] == 0
+    assert result["cluster"]["pods_placed"] == 150 and result["pods_left"] == 60
+    assert result["nodes_before"] == 20 and result["nodes_after"] < 20
+    assert result["cost_after"] < result["cost_before"]
+    assert result["references"]["lp"] > 0 and result["cost_after"] >= result["references"]["lp"] * 0.999
+    assert result["evictions"] > 0 and result["pods_pending"] == 0
+    assert ClusterPod.objects.exclude(node_name="").count() == 60  # every pod left runs somewhere
+    assert ClusterNode.objects.count() == result["nodes_after"]
+    assert dispatch._installed is installed  # the bench's dispatcher is gone again
+    for figure in (
+        "round that plans (disruption.run), p50 / max",
+        "disruption.plan",
+        "planner.plan (pure)",
+        "greedy packing of the 60 pods",
+        "rounds",
+        "simulated wall time to converge",
+        "nodes before -> after",
+        "$/h before -> after",
+        "after / LP bound of the remaining pods",
+        "evictions",
+        "violations: do-not-disrupt pods disrupted",
+        "violations: PDB left below its requirement",
+        "targets:",
+    ):
+        assert figure in out, figure
