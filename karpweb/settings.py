@@ -253,6 +253,22 @@ KARPWEB_SPOT_TO_SPOT_CONSOLIDATION = env_bool("KARPWEB_SPOT_TO_SPOT_CONSOLIDATIO
 # How long a disruption round's consolidation simulations may take before single-node
 # consolidation stops and goes on next round (upstream times its methods out too).
 KARPWEB_CONSOLIDATION_SECONDS = env_float("KARPWEB_CONSOLIDATION_SECONDS", 3.0)
+# The SQS queue of interruption events (its name, as upstream's setting; empty: no queue), read
+# by one consumer per deployment (``manage.py interruptions``).
+KARPWEB_INTERRUPTION_QUEUE = env_str("KARPWEB_INTERRUPTION_QUEUE", "").strip()
+# DescribeInstanceStatus every minute (upstream v1.12, always on); dry run: count, act on nothing.
+KARPWEB_INSTANCE_STATUS = env_bool("KARPWEB_INSTANCE_STATUS", True)
+KARPWEB_INSTANCE_STATUS_DRY_RUN = env_bool("KARPWEB_INSTANCE_STATUS_DRY_RUN", False)
+# Node repair (upstream's NodeRepair gate, off by default there too): the conditions that
+# make a node unhealthy and for how long, and the share of a NodePool that may be unhealthy
+# for repair to act (beyond it the cause is taken to be elsewhere).
+KARPWEB_NODE_REPAIR = env_bool("KARPWEB_NODE_REPAIR", False)
+KARPWEB_REPAIR_POLICIES = env_str(
+    "KARPWEB_REPAIR_POLICIES",
+    "Ready=False:30m,Ready=Unknown:30m,AcceleratedHardwareReady=False:10m,StorageReady=False:30m,"
+    "NetworkingReady=False:30m,KernelReady=False:30m,ContainerRuntimeReady=False:30m",
+)
+KARPWEB_REPAIR_MAX_UNHEALTHY = env_str("KARPWEB_REPAIR_MAX_UNHEALTHY", "20%").strip()
 # How the solver treats preferences and minValues, and what of kube-scheduler's configuration
 # it mirrors: upstream's PREFERENCE_POLICY (Respect|Ignore), MIN_VALUES_POLICY
 # (Strict|BestEffort) and SCHEDULER_CONFIG (a YAML/JSON document with
@@ -349,6 +365,10 @@ CELERY_BEAT_SCHEDULE = {
     "nodeclaim-lifecycle": {"task": "provisioning.tasks.nodeclaim_lifecycle", "schedule": 30.0},
     "disruption": {"task": "provisioning.tasks.disrupt", "schedule": 10.0},
 }
+if KARPWEB_INSTANCE_STATUS:
+    CELERY_BEAT_SCHEDULE["instance-status"] = {"task": "provisioning.tasks.instance_status", "schedule": 60.0}
+if KARPWEB_NODE_REPAIR:
+    CELERY_BEAT_SCHEDULE["node-repair"] = {"task": "provisioning.tasks.repair_nodes", "schedule": 30.0}
 if KARPWEB_CLUSTER == "simulated":
     # The simulated kubelet and scheduler.
     CELERY_BEAT_SCHEDULE["sim-tick"] = {"task": "provisioning.tasks.sim_tick", "schedule": 1.0}

@@ -406,6 +406,10 @@ class Disruption(MovesByState, models.Model):
     # When its nodes began to drain: the terminationGracePeriod counts from here, as upstream
     # counts it from the NodeClaim's deletion (after the re-check and the replacements).
     drain_started_at = models.DateTimeField(null=True, blank=True)
+    # Forceful termination (a broken instance, node repair): from this moment nothing waits
+    # for a PodDisruptionBudget or do-not-disrupt, as upstream's termination-timestamp
+    # annotation says; otherwise the terminationGracePeriod sets that moment.
+    terminate_by = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -413,6 +417,44 @@ class Disruption(MovesByState, models.Model):
 
     def __str__(self) -> str:
         return f"{self.reason} {', '.join(self.nodes)}"
+
+
+class Interruption(models.Model):
+    """One message of the interruption queue, one unhealthy instance from DescribeInstanceStatus,
+    or one node found unhealthy by node repair: what it said, which node it concerned, what was
+    done. Kept (never deleted), so the metrics counted from these rows only ever grow."""
+
+    class Source(models.TextChoices):
+        QUEUE = "queue", "interruption queue"
+        INSTANCE_STATUS = "instance-status", "DescribeInstanceStatus"
+        NODE_REPAIR = "node-repair", "node repair"
+
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.QUEUE)
+    # Upstream's message kinds (spot_interrupted, scheduled_change, instance_stopped, ...,
+    # instance_status, system_status, event_status, unhealthy), or "unparsable".
+    kind = models.CharField(max_length=40, db_index=True)
+    message_id = models.CharField(max_length=128, blank=True)  # the event's id
+    summary = models.CharField(max_length=300, blank=True)
+    event_time = models.DateTimeField(null=True, blank=True)  # when it happened, as the event says
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    instance_id = models.CharField(max_length=32, blank=True, db_index=True)
+    node = models.CharField(max_length=253, blank=True)
+    nodeclaim = models.CharField(max_length=253, blank=True)
+    nodepool = models.CharField(max_length=253, blank=True)
+    capacity_type = models.CharField(max_length=16, blank=True)
+    action = models.TextField(blank=True)  # what was done, in a sentence
+    disruption = models.ForeignKey(
+        Disruption, null=True, blank=True, on_delete=models.SET_NULL, related_name="interruptions"
+    )
+    pods = models.JSONField(default=list, blank=True)  # "ns/name" of the pods on the node then
+    detail = models.JSONField(default=dict, blank=True)  # the event's detail, the condition, ...
+    deleted = models.BooleanField(default=False)  # the queue message was deleted
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.instance_id or self.node}".strip()
 
 
 class ClusterPDB(models.Model):

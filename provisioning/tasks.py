@@ -266,6 +266,22 @@ def disrupt() -> dict[str, Any]:
     return {"disruption": current.pk if current else None, "state": current.state if current else None}
 
 
+@shared_task(name="provisioning.tasks.instance_status", ignore_result=True)
+def instance_status() -> dict[str, Any]:
+    """DescribeInstanceStatus (every minute): broken instances and scheduled events."""
+    from provisioning.services import interruption
+
+    return {"unhealthy": [row.instance_id for row in interruption.check_instance_status()]}
+
+
+@shared_task(name="provisioning.tasks.repair_nodes", ignore_result=True)
+def repair_nodes() -> dict[str, Any]:
+    """Node repair (every 30 s): nodes unhealthy past their policy's toleration."""
+    from provisioning.services import repair
+
+    return {"repaired": [row.node for row in repair.repair()]}
+
+
 @worker_ready.connect
 def _warm_up(sender: Any = None, **kwargs: Any) -> None:
     # Beat's first 12-hourly refresh would come 12 h after start: refresh now instead, and

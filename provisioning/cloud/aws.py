@@ -47,6 +47,7 @@ from provisioning.cloud.base import (
     LaunchRequest,
     NodeClassNotReady,
     PricingUnavailable,
+    QueueMessage,
     ResolvedNodeClass,
     SecurityGroup,
     Subnet,
@@ -61,6 +62,7 @@ from provisioning.cloud.errors import (
     insufficient_capacity,
     is_capacity_error,
 )
+from provisioning.cloud.instancestatus import FILTER_SETS
 from provisioning.cloud.launchplan import (
     Planned,
     client_token,
@@ -662,6 +664,72 @@ class AWSCloud:
             )
             for raw in reservation.get("Instances", [])
         ]
+
+    # -------------------------------------------------------------- interruptions and health
+
+    def instance_statuses(self) -> list[dict[str, Any]]:
+        seen: dict[str, dict[str, Any]] = {}
+        for filters in FILTER_SETS:
+            for status in self._pages(self.ec2, "describe_instance_status", "InstanceStatuses", Filters=filters):
+                seen.setdefault(status.get("InstanceId", ""), status)
+        return list(seen.values())
+
+    def interruption_queue(self, name: str) -> AWSQueue:
+        return AWSQueue(self._session, name)
+
+
+class AWSQueue:
+    """The interruption queue: long polls as upstream's SQS provider makes them
+    (``pkg/providers/sqs``), the URL looked up once from the name."""
+
+    def __init__(self, session: boto3.session.Session, name: str) -> None:
+        self.name = name
+        # A long poll holds its connection for up to 20 s: the read timeout must outlast it.
+        config = BOTO_CONFIG.merge(Config(read_timeout=40, max_pool_connections=20))
+        self.sqs = session.client("sqs", config=config)
+        self._url = ""
+
+    @property
+    def url(self) -> str:
+        if not self._url:
+            try:
+                self._url = self.sqs.get_queue_url(QueueName=self.name)["QueueUrl"]
+            except (ClientError, BotoCoreError) as exc:
+                raise to_cloud_error(exc, "GetQueueUrl") from exc
+        return self._url
+
+    def receive(
+        self, max_messages: int = 10, wait_seconds: int = 20, visibility_seconds: int = 20
+    ) -> list[QueueMessage]:
+        try:
+            answer = self.sqs.receive_message(
+                QueueUrl=self.url,
+                MaxNumberOfMessages=max_messages,
+                WaitTimeSeconds=wait_seconds,
+                VisibilityTimeout=visibility_seconds,
+                MessageSystemAttributeNames=["SentTimestamp"],
+                MessageAttributeNames=["All"],
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise to_cloud_error(exc, "ReceiveMessage") from exc
+        out = []
+        for raw in answer.get("Messages") or []:
+            sent = (raw.get("Attributes") or {}).get("SentTimestamp")
+            out.append(
+                QueueMessage(
+                    body=raw.get("Body") or "",
+                    receipt=raw["ReceiptHandle"],
+                    message_id=raw.get("MessageId", ""),
+                    sent_at=int(sent) / 1000 if sent and str(sent).isdigit() else None,
+                )
+            )
+        return out
+
+    def delete(self, message: QueueMessage) -> None:
+        try:
+            self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=message.receipt)
+        except (ClientError, BotoCoreError) as exc:
+            raise to_cloud_error(exc, "DeleteMessage") from exc
 
 
 # ------------------------------------------------------------------ prices (§4.1, §4.3)

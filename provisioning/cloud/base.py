@@ -188,6 +188,32 @@ class CloudProvider(Protocol):
     def list_instances(self) -> list[Instance]:
         """Instances this cluster launched (by the cluster tag), for garbage collection."""
 
+    def instance_statuses(self) -> list[dict[str, Any]]:
+        """``DescribeInstanceStatus`` of the instances with an impaired instance or system
+        status or a scheduled event (three calls, ORed, each id once), raw dicts."""
+
+    def interruption_queue(self, name: str) -> MessageQueue:
+        """The SQS queue of that name (as upstream's setting: the name, not the URL)."""
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    body: str
+    receipt: str
+    message_id: str = ""
+    sent_at: float | None = None  # Unix seconds (SentTimestamp)
+
+
+class MessageQueue(Protocol):
+    name: str
+
+    def receive(
+        self, max_messages: int = 10, wait_seconds: int = 20, visibility_seconds: int = 20
+    ) -> list[QueueMessage]:
+        """One ReceiveMessage long poll."""
+
+    def delete(self, message: QueueMessage) -> None: ...
+
 
 class PricingUnavailable(Exception):
     """The price source could not be reached; callers fall back to the snapshot."""

@@ -539,6 +539,33 @@ def _eviction_refused(row: ClusterPod) -> bool:
     return True
 
 
+def set_conditions(node: str, conditions: Sequence[tuple[str, str]], seconds_ago: float = 0.0) -> None:
+    """Set a node's conditions (type, status) as its kubelet or node monitoring agent would,
+    changed ``seconds_ago``; Ready says whether the node is Ready. Raises SubmitError for an
+    unknown node."""
+    since = (timezone.now() - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with transaction.atomic():
+        row = ClusterNode.objects.select_for_update().filter(name=node).first()
+        if row is None:
+            known = ", ".join(ClusterNode.objects.order_by("name").values_list("name", flat=True)[:5]) or "none"
+            raise SubmitError(f"node {node!r} is not in the simulated cluster (nodes: {known})")
+        status = row.manifest.setdefault("status", {})
+        current = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+        for kind, value in conditions:
+            before = current.get(kind) or {}
+            changed = before.get("status") != value or seconds_ago
+            current[kind] = {
+                "type": kind,
+                "status": value,
+                "lastTransitionTime": since if changed else before.get("lastTransitionTime", since),
+                "reason": f"{kind}{value}",
+                "message": "set with manage.py sim node",
+            }
+        status["conditions"] = list(current.values())
+        ready = (current.get("Ready") or {}).get("status", "True" if row.ready else "False") == "True"
+        ClusterNode.objects.filter(pk=row.pk).update(manifest=row.manifest, ready=ready)
+
+
 # ------------------------------------------------------------------ kubelet and scheduler
 
 

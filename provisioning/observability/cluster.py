@@ -18,10 +18,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Q, Sum
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from provisioning.models import ClusterNode, ClusterPod, Decision, Disruption, NodeClaim, NodePool
+from provisioning.models import ClusterNode, ClusterPod, Decision, Disruption, Interruption, NodeClaim, NodePool
 from provisioning.scheduling.quantity import QuantityError, to_int
 
 CONTROLLER = "provisioner"
@@ -44,6 +44,7 @@ class ClusterState(Collector):
         yield from nodeclaims()
         yield from nodepools()
         yield from decisions()
+        yield from interruptions()
         yield offering_prices()
 
 
@@ -331,6 +332,111 @@ def _disruption_labels(reason: str, nodes: Iterable[str], plan: Any) -> tuple[st
     else:
         kind = ""  # drift and expiration are not consolidation
     return decision, reason.lower(), kind
+
+
+# ------------------------------------------------------------------ interruptions
+
+# Upstream's message-queue latency buckets are its DurationBuckets.
+QUEUE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+def interruptions() -> Iterator[Metric]:
+    """The interruption controller's counters, from the rows each message, unhealthy instance
+    and repair leaves (kept, so they only grow); a message naming several instances is one."""
+    queue = Interruption.objects.filter(source=Interruption.Source.QUEUE)
+    received = CounterMetricFamily(
+        "karpenter_interruption_received_messages",
+        "Count of messages received from the SQS queue. Broken down by message type and whether the message was "
+        "actionable.",
+        labels=["message_type"],
+    )
+    for row in queue.exclude(kind="unparsable").values("kind").annotate(n=Count("message_id", distinct=True)):
+        received.add_metric([row["kind"]], row["n"])
+    yield received
+    yield CounterMetricFamily(
+        "karpenter_interruption_deleted_messages",
+        "Count of messages deleted from the SQS queue.",
+        value=queue.filter(deleted=True).values("message_id").distinct().count(),
+    )
+    waits: dict[str, float] = {}
+    for message_id, received_at, event_time in queue.exclude(event_time=None).values_list(
+        "message_id", "received_at", "event_time"
+    ):
+        waits.setdefault(message_id, max(0.0, (received_at - event_time).total_seconds()))
+    yield _histogram(
+        "karpenter_interruption_message_queue_duration_seconds",
+        "Amount of time an interruption message is on the queue before it is processed by karpenter.",
+        list(waits.values()),
+        QUEUE_BUCKETS,
+    )
+    unhealthy = CounterMetricFamily(
+        "karpenter_interruption_instance_status_unhealthy",
+        "Number of instances found unhealthy by DescribeInstanceStatus, by category; each instance and category "
+        "once until it recovers.",
+        labels=["category"],
+    )
+    categories = {"instance_status": "InstanceStatus", "system_status": "SystemStatus", "event_status": "EventStatus"}
+    health = Interruption.objects.filter(source=Interruption.Source.INSTANCE_STATUS)
+    for row in health.values("kind").annotate(n=Count("id")).order_by("kind"):
+        unhealthy.add_metric([categories.get(row["kind"], row["kind"])], row["n"])
+    yield unhealthy
+    repaired = CounterMetricFamily(
+        "karpenter_nodeclaims_unhealthy_disrupted",
+        "Number of unhealthy nodeclaims disrupted in total by Karpenter. Labeled by condition on the node was "
+        "disrupted, the owning nodepool, and capacity type.",
+        labels=["condition", "nodepool", "capacity_type"],
+    )
+    counts: Counter = Counter()
+    for detail, pool, capacity in Interruption.objects.filter(source=Interruption.Source.NODE_REPAIR).values_list(
+        "detail", "nodepool", "capacity_type"
+    ):
+        counts[(_snake((detail or {}).get("condition", "")), pool, capacity)] += 1
+    for key, n in sorted(counts.items()):
+        repaired.add_metric(list(key), n)
+    yield repaired
+    yield nodeclaims_disrupted()
+
+
+def nodeclaims_disrupted() -> Metric:
+    """Every NodeClaim a disruption took, whatever the reason: consolidation, drift, expiry, an
+    interruption's kind, "unhealthy"."""
+    family = CounterMetricFamily(
+        "karpenter_nodeclaims_disrupted",
+        "Number of nodeclaims disrupted in total by Karpenter. Labeled by reason the nodeclaim was disrupted and "
+        "the owning nodepool.",
+        labels=["reason", "nodepool", "capacity_type"],
+    )
+    started = Q(state__in=(Disruption.State.DRAINING, Disruption.State.DONE)) | Q(replacements__isnull=False)
+    rows = list(Disruption.objects.filter(started).distinct().values_list("reason", "nodeclaims"))
+    claims = dict(
+        (name, (pool, capacity))
+        for name, pool, capacity in NodeClaim.objects.filter(
+            name__in={c for _, names in rows for c in names or ()}
+        ).values_list("name", "nodepool_name", "capacity_type")
+    )
+    counts: Counter = Counter()
+    for reason, names in rows:
+        for name in names or ():
+            pool, capacity = claims.get(name, ("", ""))
+            counts[(reason.lower(), pool, capacity)] += 1
+    for key, n in sorted(counts.items()):
+        family.add_metric(list(key), n)
+    return family
+
+
+def _histogram(name: str, documentation: str, values: list[float], buckets: tuple[float, ...]) -> Metric:
+    cumulative = [(str(float(b)), sum(1 for v in values if v <= b)) for b in buckets]
+    cumulative.append(("+Inf", len(values)))
+    return HistogramMetricFamily(name, documentation, buckets=cumulative, sum_value=sum(values))
+
+
+def _snake(text: str) -> str:
+    out = []
+    for i, ch in enumerate(text):
+        if ch.isupper() and i and not text[i - 1].isupper():
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
 
 
 # ------------------------------------------------------------------ offering prices

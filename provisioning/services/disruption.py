@@ -33,6 +33,7 @@ from provisioning.disruption.model import Command, PoolPolicy, parse_duration
 from provisioning.disruption.nodes import POOL, Claim, parse_time
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
 from provisioning.services import events
+from provisioning.services.dispatch import dispatcher
 from provisioning.services.disruptionview import Picture, read_picture
 
 log = logging.getLogger(__name__)
@@ -384,6 +385,84 @@ def _record(command: Command, now) -> Disruption:
     return disruption
 
 
+# ------------------------------------------------------------------ forced disruption
+
+
+# The reasons of disruptions nobody planned: an interruption message, a broken instance, node
+# repair (upstream's message kinds and "unhealthy"). Their nodes go whatever the budgets say.
+INVOLUNTARY = frozenset(
+    {
+        "spot_interrupted",
+        "rebalance_recommendation",
+        "scheduled_change",
+        "instance_stopped",
+        "instance_terminated",
+        "capacity_reservation_interrupted",
+        "instance_status",
+        "system_status",
+        "event_status",
+        "unhealthy",
+    }
+)
+
+
+def force(node_name: str, reason: str, now=None, *, forceful: bool = False, explanation: str = "") -> Disruption:
+    """Disrupt one node now, for ``reason`` (an interruption, a broken instance, node repair):
+    as upstream deletes its NodeClaim. It is tainted at once, so nothing more lands on it, and
+    drained as every disruption drains (through PodDisruptionBudgets and do-not-disrupt until
+    its terminationGracePeriod; ``forceful``: nothing waits, as upstream's termination-timestamp
+    annotation says). No replacement is planned here: its pods count as pending in the next
+    provisioning run, which is asked for now, so their new capacity launches while it drains.
+
+    A node already draining keeps its disruption (made forceful if this is); one only planned
+    or waiting for replacements has that command cancelled, its replacements left to take the
+    pods."""
+    now = now or timezone.now()
+    cluster = get_cluster()
+    current = [d for d in Disruption.objects.filter(state__in=ACTIVE) if node_name in d.nodes]  # a few rows
+    for disruption in current:
+        if disruption.state == Disruption.State.DRAINING:
+            if forceful and disruption.terminate_by is None:
+                Disruption.objects.filter(pk=disruption.pk).update(terminate_by=now)
+                disruption.terminate_by = now
+            return disruption
+        why = f"{node_name} is being disrupted by {reason}"
+        if disruption.move(disruption.state, Disruption.State.CANCELLED, message=why, finished_at=now):
+            _log_step(disruption, "cancelled", why)
+    claims = list(ClusterNode.objects.filter(name=node_name).values_list("nodeclaim", flat=True))
+    disruption = Disruption.objects.create(
+        planned_at=now,
+        reason=reason,
+        nodes=[node_name],
+        nodeclaims=[c for c in claims if c],
+        explanation=explanation,
+        state=Disruption.State.DRAINING,
+        drain_started_at=now,
+        terminate_by=now if forceful else None,
+    )
+    log.info(
+        "disruption %s: %s of %s%s: %s",
+        disruption.pk,
+        reason,
+        node_name,
+        " (forceful)" if forceful else "",
+        explanation,
+        extra={
+            "event": "disruption",
+            "disruption": disruption.pk,
+            "reason": reason,
+            "nodes": [node_name],
+            "nodeclaims": disruption.nodeclaims,
+            "forceful": forceful,
+            "explanation": explanation,
+        },
+    )
+    _mark(disruption, cluster)
+    dispatcher().pods_pending()  # their new capacity now, not once they are evicted
+    _drain(disruption, now)
+    return disruption
+
+
 # ------------------------------------------------------------------ the steps
 
 
@@ -543,6 +622,9 @@ def _drain_step(disruption: Disruption, node: ClusterNode, claim, started, now, 
     """One step of one node's drain; what it still waits for, or None when it is drained."""
     grace = _grace_seconds(claim, node.nodepool)
     deadline = None if grace is None else started.timestamp() + grace
+    if disruption.terminate_by is not None:  # forceful: the grace period is over now
+        forced = disruption.terminate_by.timestamp()
+        deadline = forced if deadline is None else min(deadline, forced)
     rows = {p.key: p for p in ClusterPod.objects.filter(node_name=node.name)}
     step = draining.next_step([pod_manifest(p) for p in rows.values()], now.timestamp(), deadline)
     notes = []
@@ -580,9 +662,10 @@ def _instances_gone(disruption: Disruption) -> set[str]:
     """Instances of the command's NotReady nodes that the cloud no longer has."""
     from provisioning.services.cloud import get_cloud
 
-    suspects = {
-        n.instance_id for n in ClusterNode.objects.filter(name__in=disruption.nodes, ready=False) if n.instance_id
-    }
+    nodes = ClusterNode.objects.filter(name__in=disruption.nodes)
+    if disruption.reason not in INVOLUNTARY:  # an interrupted instance may go while still Ready
+        nodes = nodes.filter(ready=False)
+    suspects = {n.instance_id for n in nodes if n.instance_id}
     if not suspects:
         return set()
     try:

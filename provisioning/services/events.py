@@ -101,3 +101,52 @@ def disrupted(pod: ClusterPod, granted: int, own: int, deadline: str) -> ObjectE
 def failed_draining(node: ClusterNode, why: str) -> ObjectEvent:
     """On a node whose drain a refused eviction holds up."""
     return ObjectEvent(node_ref(node), WARNING, "FailedDraining", f"Failed to drain node, {why}")
+
+
+# The interruption controller's, as upstream words them (pkg/controllers/interruption/events):
+# on the NodeClaim and on its Node when it has one.
+INTERRUPTION_EVENTS = {
+    "spot_interrupted": (WARNING, "SpotInterrupted", "Spot interruption warning was triggered"),
+    "rebalance_recommendation": (NORMAL, "SpotRebalanceRecommendation", "Spot rebalance recommendation was triggered"),
+    "instance_stopped": (WARNING, "InstanceStopping", "Instance is stopping"),
+    "instance_terminated": (WARNING, "InstanceTerminating", "Instance is terminating"),
+    "capacity_reservation_interrupted": (
+        WARNING,
+        "CapacityReservationInstanceInterrupted",
+        "Capacity Reservation interruption warning was triggered",
+    ),
+    **{
+        kind: (WARNING, "InstanceUnhealthy", "An unhealthy warning was triggered for the instance")
+        for kind in ("scheduled_change", "instance_status", "system_status", "event_status")
+    },
+}
+
+
+def _on_claim_and_node(claim: str, node: ClusterNode | None, kind: str, reason: str, message: str) -> list[ObjectEvent]:
+    events = [ObjectEvent(claim_ref(claim), kind, reason, message)] if claim else []
+    if node is not None:
+        events.append(ObjectEvent(node_ref(node), kind, reason, message))
+    return events
+
+
+def interruption(kind: str, claim: str, node: ClusterNode | None) -> list[ObjectEvent]:
+    """What an interruption message says, on the NodeClaim and its Node."""
+    if kind not in INTERRUPTION_EVENTS:
+        return []
+    return _on_claim_and_node(claim, node, *INTERRUPTION_EVENTS[kind])
+
+
+def terminating_on_interruption(claim: str, node: ClusterNode | None) -> list[ObjectEvent]:
+    return _on_claim_and_node(
+        claim, node, WARNING, "TerminatingOnInterruption", "Interruption triggered termination for the Node"
+    )
+
+
+def repair_blocked(node: ClusterNode, limit: str) -> list[ObjectEvent]:
+    """On a node node repair leaves alone, and its NodeClaim: too many of its NodePool are
+    unhealthy (upstream's wording)."""
+    message = f"more than {limit} nodes are unhealthy in the nodepool"
+    events = [ObjectEvent(node_ref(node), WARNING, "NodeRepairBlocked", message)]
+    if node.nodeclaim:
+        events.append(ObjectEvent(claim_ref(node.nodeclaim), WARNING, "NodeRepairBlocked", message))
+    return events

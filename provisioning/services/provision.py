@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from provisioning.cluster.base import Cluster, ObjectEvent
 from provisioning.cluster.simulated import budget_manifests, node_manifest, pod_manifest
-from provisioning.models import ClusterNode, ClusterPod, Decision, EC2NodeClass, NodeClaim, NodePool
+from provisioning.models import ClusterNode, ClusterPod, Decision, Disruption, EC2NodeClass, NodeClaim, NodePool
 from provisioning.observability.metrics import (
     BATCH_WINDOW,
     PLAN_VIOLATIONS,
@@ -217,6 +217,19 @@ def pending_pods():
     return ClusterPod.objects.filter(node_name="").exclude(nominated__in=nominating_claims())
 
 
+def displaced_pods() -> list[ClusterPod]:
+    """Pods still running on nodes being drained with no replacement planned for them (an
+    interruption, a broken instance, node repair, expiry): they count as pending, as upstream's
+    provisioner reads the deleting nodes' reschedulable pods, so their new capacity launches
+    while the old node drains, not once they are evicted. (The snapshot leaves out those that
+    will not move: DaemonSet pods, do-not-disrupt, a PodDisruptionBudget that never allows it.)"""
+    draining = Disruption.objects.filter(state=Disruption.State.DRAINING).values_list("nodes", "replacement_plan")
+    nodes = {name for names, plan in draining if not plan for name in names}
+    if not nodes:
+        return []
+    return list(ClusterPod.objects.filter(node_name__in=nodes, phase=ClusterPod.Phase.RUNNING).order_by("pk"))
+
+
 @dataclasses.dataclass
 class Inputs:
     """Everything a run decides on, read at one moment, with the key that says whether it
@@ -228,14 +241,16 @@ class Inputs:
     unavailable: dict[str, str]
     key: tuple
     read_seconds: float
+    displaced: list[ClusterPod] = dataclasses.field(default_factory=list)  # see displaced_pods
 
 
 def verify_key() -> tuple:
     """What a run prepared before the window closed must find unchanged at the close: every
     pod not bound, as stored (the pending ones, and those nominated to a claim), the claims
-    holding nominated pods, the policies with their status, and the offerings marked
-    unavailable. Read raw, so checking costs a fraction of a run's read. Bound pods and
-    nodes are left out: a run's view of them is as old as its read, prepared or not."""
+    holding nominated pods, the policies with their status, the offerings marked
+    unavailable, and the drains whose pods count as pending (``displaced_pods``). Read raw,
+    so checking costs a fraction of a run's read. Bound pods and nodes are left out: a run's
+    view of them is as old as its read, prepared or not."""
     from provisioning.services.catalog import unavailable_now
 
     unbound = ClusterPod.objects.filter(node_name="").order_by("pk")
@@ -246,6 +261,7 @@ def verify_key() -> tuple:
         tuple(NodePool.objects.order_by("pk").values_list("pk", "resource_version", Cast("status", TextField()))),
         tuple(EC2NodeClass.objects.order_by("pk").values_list("pk", "resource_version", Cast("status", TextField()))),
         tuple(sorted(unavailable_now().items())),
+        tuple(Disruption.objects.filter(state=Disruption.State.DRAINING).order_by("pk").values_list("pk", flat=True)),
     )
 
 
@@ -266,16 +282,18 @@ def read_inputs() -> Inputs | None:
     started = time.perf_counter()
     key = verify_key()  # first: a change after it shows at the close, never one before it
     pending = list(pending_pods().order_by("pk"))
-    if not pending:
+    displaced = displaced_pods()
+    if not pending and not displaced:
         return None
     catalog = load_catalog()
     documents, included = cluster_documents(catalog)
     pending = [p for p in pending if p.pk not in included]
-    if not pending:
+    displaced = [p for p in displaced if p.pk in included]  # still bound as read: planned from their node
+    if not pending and not displaced:
         return None
     documents += [pod_manifest(p) for p in pending]
     unavailable = unavailable_now()
-    return Inputs(pending, documents, catalog, unavailable, key, time.perf_counter() - started)
+    return Inputs(pending, documents, catalog, unavailable, key, time.perf_counter() - started, displaced)
 
 
 def solve_inputs(solve: Callable | None = None, inputs: Inputs | None = None) -> Solved | None:
@@ -436,13 +454,12 @@ def in_flight_documents(catalog) -> list[dict]:
     return documents
 
 
-
 def _record(solved: Solved, cluster: Cluster | None = None) -> Decision:
     """The Decision and its NodeClaims, committed and their launches dispatched first: they
     are what the cloud waits on. Then the pods' nominations and reasons, and the events. The
     run's lock is held throughout, so no other run sees the claims without their pods."""
     plan, inputs = solved.plan, solved.inputs
-    by_key = {p.key: p for p in inputs.pending}
+    by_key = {p.key: p for p in [*inputs.displaced, *inputs.pending]}
     with transaction.atomic():
         decision = Decision.objects.create(
             pods=sorted(by_key),

@@ -2,8 +2,12 @@
 
     manage.py sim apply -f app.yaml        submit workloads (pods go pending; the pipeline takes them)
     manage.py sim delete -f app.yaml       delete their pods
-    manage.py sim status --format json     pods (phase, node), nodes (type, price, ready) and
-                                           PodDisruptionBudgets (with their computed status)
+    manage.py sim status --format json     pods (phase, node), nodes (type, price, ready,
+                                           instance, deleting) and PodDisruptionBudgets (with
+                                           their computed status)
+    manage.py sim node NAME --condition Ready=False [--since 31m]
+                                           set a node condition, as a kubelet or the node
+                                           monitoring agent would (node repair reads them)
 
 NodePool and EC2NodeClass documents in the file are applied as policies (THE validator);
 PodDisruptionBudget (policy/v1) documents are stored, and deleted by ``sim delete``.
@@ -38,10 +42,19 @@ class Command(BaseCommand):
             p.add_argument("-f", "--filename", action="append", required=True, help="manifest file, or -")
         status = sub.add_parser("status", help="pods, nodes and PodDisruptionBudgets of the simulated cluster")
         status.add_argument("--format", choices=("json", "table"), default="table")
+        node = sub.add_parser("node", help="set conditions of a node")
+        node.add_argument("name")
+        node.add_argument(
+            "--condition", action="append", required=True, help="Type=True|False|Unknown, e.g. Ready=False"
+        )
+        node.add_argument("--since", default="0s", help="how long ago it changed (a duration: 31m); default now")
 
     def handle(self, *args, action: str, **options):
         if action == "status":
             self._status(options["format"])
+            return
+        if action == "node":
+            self._node(options["name"], options["condition"], options["since"])
             return
         documents = self._read(options["filename"])
         try:
@@ -88,7 +101,29 @@ class Command(BaseCommand):
         except crd.ManifestError as exc:
             self._invalid(str(exc))
 
+    def _node(self, name: str, conditions: list[str], since: str) -> None:
+        from provisioning.disruption.model import parse_duration
+
+        parsed = []
+        for text in conditions:
+            kind, _, status = text.partition("=")
+            if not kind or status not in ("True", "False", "Unknown"):
+                self._invalid(f"--condition {text!r}: expected Type=True|False|Unknown, e.g. Ready=False")
+            parsed.append((kind, status))
+        try:
+            ago = parse_duration(since, "--since", never=False) or 0.0
+        except ValueError as exc:
+            self._invalid(str(exc))
+        try:
+            simulated.set_conditions(name, parsed, ago)
+        except simulated.SubmitError as exc:
+            self._invalid(str(exc))
+        self.stdout.write(f"node {name}: " + ", ".join(f"{k}={v}" for k, v in parsed))
+
     def _status(self, format: str) -> None:
+        from provisioning.models import Disruption
+
+        draining = {n for d in Disruption.objects.filter(state=Disruption.State.DRAINING) for n in d.nodes}
         claims = {c.node_name: c for c in NodeClaim.objects.exclude(node_name="")}
         pods = [
             {"name": p.key, "phase": p.phase, "node": p.node_name or None}
@@ -107,6 +142,7 @@ class Command(BaseCommand):
                     "instanceId": n.instance_id or None,
                     "pricePerHour": float(claim.price_per_hour) if claim and claim.price_per_hour is not None else None,
                     "ready": n.ready,
+                    "deleting": n.name in draining or (claim is not None and claim.state == NodeClaim.State.DELETING),
                 }
             )
         pdbs = []
@@ -126,8 +162,9 @@ class Command(BaseCommand):
         self.stdout.write(f"pods: {len(pods)} ({bound} bound, {len(pods) - bound} pending)")
         for n in nodes:
             price = f"${n['pricePerHour']:.4f}/h" if n["pricePerHour"] is not None else "-"
-            ready = "Ready" if n["ready"] else "NotReady"
-            self.stdout.write(f"  {n['name']}  {n['instanceType']}  {n['capacityType']}  {n['zone']}  {price}  {ready}")
+            ready = ("Ready" if n["ready"] else "NotReady") + (",Deleting" if n["deleting"] else "")
+            columns = (n["name"], n["instanceId"], n["instanceType"], n["capacityType"], n["zone"], price, ready)
+            self.stdout.write("  " + "  ".join(str(c) for c in columns))
         if pdbs:
             self.stdout.write(f"poddisruptionbudgets: {len(pdbs)}")
         for b in pdbs:
