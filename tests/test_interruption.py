@@ -589,3 +589,35 @@ def test_sim_node_says_what_is_wrong(db, capsys):
     with pytest.raises(SystemExit):
         call_command("sim", "node", "ip-nowhere", "--condition", "Ready=Maybe")
     assert "Type=True|False|Unknown" in capsys.readouterr().err
+
+
+def test_the_interruptions_page_shows_each_message_and_how_long_the_pods_waited(env, aws, queue, client):
+    from django.contrib.auth.models import Group, User
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from provisioning.cluster import simulated
+    from provisioning.services.simulate import default_solver
+
+    user = User.objects.create_user("vera", password="pw")
+    user.groups.add(Group.objects.get(name="viewer"))
+    client.force_login(user)
+    node, iid = node_on(env, aws, pods=2)
+    env.node(instance_type="m5.2xlarge")
+    send(queue, spot(iid))
+    drain_queue(queue)
+    page = client.get("/interruptions/").content.decode()
+    assert "spot interruption warning" in page and iid in page and node in page and "waiting" in page
+    assert "spot interruption warning" in client.get("/").content.decode()  # the overview's last ones
+    simulated.bind_pending(default_solver())
+    assert "after " in client.get("/interruptions/").content.decode()
+    with CaptureQueriesContext(connection) as few:
+        client.get("/interruptions/")
+    for _ in range(3):
+        _, other = node_on(env, aws, pods=2)
+        send(queue, spot(other))
+        drain_queue(queue)
+    with CaptureQueriesContext(connection) as more:
+        client.get("/interruptions/")
+    assert len(more.captured_queries) == len(few.captured_queries)
+    assert ClusterNode.objects.get(name=node).disruption_note.startswith("being drained: spot_interrupted")

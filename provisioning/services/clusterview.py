@@ -11,8 +11,18 @@ from typing import Any
 
 from django.db.models import Count
 
-from provisioning.models import ClusterNode, ClusterPod, Decision, Disruption, EC2NodeClass, NodeClaim, NodePool
+from provisioning.models import (
+    ClusterNode,
+    ClusterPod,
+    Decision,
+    Disruption,
+    EC2NodeClass,
+    Interruption,
+    NodeClaim,
+    NodePool,
+)
 from provisioning.services.catalog import on_demand_prices
+from provisioning.services.inventory import with_recovery
 
 HOURS_PER_MONTH = 730  # AWS bills a month as 730 hours
 
@@ -36,6 +46,7 @@ class Summary:
     on_demand_per_hour: float = 0.0
     decisions: list[Decision] = field(default_factory=list)
     disruptions: list[Disruption] = field(default_factory=list)
+    interruptions: list = field(default_factory=list)  # (Interruption, seconds until its pods ran again)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -74,6 +85,8 @@ def summary() -> Summary:
     out.price_per_hour = sum(r.price_per_hour for r in out.rows)
     out.decisions = list(Decision.objects.annotate(claim_count=Count("claims"))[:5])
     out.disruptions = list(Disruption.objects.all()[:5])
+    acted = Interruption.objects.exclude(kind__in=("no_op", "unparsable")).exclude(nodeclaim="")
+    out.interruptions = with_recovery(acted.select_related("disruption")[:5])
     out.problems = _problems(out)
     return out
 

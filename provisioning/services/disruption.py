@@ -458,6 +458,7 @@ def force(node_name: str, reason: str, now=None, *, forceful: bool = False, expl
         },
     )
     _mark(disruption, cluster)
+    ClusterNode.objects.filter(name=node_name).update(disruption_note=f"being drained: {reason} ({explanation})"[:2000])
     dispatcher().pods_pending()  # their new capacity now, not once they are evicted
     _drain(disruption, now)
     return disruption

@@ -326,26 +326,31 @@ def _act_on_health(item: Unhealthy, now: datetime, *, new: bool) -> Interruption
 # ------------------------------------------------------------------ how long pods waited
 
 
-def pods_running_again(row: Interruption) -> float | None:
+def pods_running_again(row: Interruption, bound: dict | None = None) -> float | None:
     """Seconds from the message to the moment every pod that was on the node runs again
-    (bound elsewhere after the message); None while some still wait."""
-    from provisioning.models import ClusterPod
-
+    (bound elsewhere after the message); None while some still wait. ``bound``: (namespace,
+    name) → (node, bound_at) of the pods, when already read (``pods_bound``)."""
     if not row.pods or not row.node:
         return None
     keys = [tuple(p.split("/", 1)) for p in row.pods if "/" in p]
-    bound = {
-        (ns, name): (node, at)
-        for ns, name, node, at in ClusterPod.objects.filter(name__in=[n for _, n in keys]).values_list(
-            "namespace", "name", "node_name", "bound_at"
-        )
-    }
+    bound = pods_bound([row]) if bound is None else bound
     latest = row.received_at
     for key in keys:
-        node, at = bound.get(key, ("", None))
         if key not in bound:
             continue  # gone for good (scaled down): nothing waits for it
+        node, at = bound[key]
         if not node or node == row.node or at is None or at < row.received_at:
             return None
         latest = max(latest, at)
     return (latest - row.received_at).total_seconds()
+
+
+def pods_bound(rows: Iterable[Interruption]) -> dict[tuple[str, str], tuple[str, datetime | None]]:
+    """Where the pods of ``rows`` are now, in one query."""
+    from provisioning.models import ClusterPod
+
+    names = {p.split("/", 1)[1] for row in rows for p in row.pods or () if "/" in p}
+    if not names:
+        return {}
+    found = ClusterPod.objects.filter(name__in=names).values_list("namespace", "name", "node_name", "bound_at")
+    return {(ns, name): (node, at) for ns, name, node, at in found}

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 
-from provisioning.models import ClusterNode, ClusterPod, Decision, Disruption, NodeClaim
+from provisioning.models import ClusterNode, ClusterPod, Decision, Disruption, Interruption, NodeClaim
 from provisioning.scheduling.quantity import to_int
 
 # ------------------------------------------------------------------ pods
@@ -183,6 +183,20 @@ def explain(decision: Decision) -> list[ClaimExplanation]:
 
 def disruptions() -> QuerySet[Disruption]:
     return Disruption.objects.order_by("-planned_at", "-id")
+
+
+def interruptions() -> QuerySet[Interruption]:
+    """What AWS said about the instances and what node repair found, newest first."""
+    return Interruption.objects.select_related("disruption").order_by("-received_at", "-id")
+
+
+def with_recovery(rows) -> list[tuple[Interruption, float | None]]:
+    """Each row with how long its node's pods took to run again (None while they wait)."""
+    from provisioning.services.interruption import pods_bound, pods_running_again
+
+    rows = list(rows)
+    bound = pods_bound(rows)
+    return [(row, pods_running_again(row, bound)) for row in rows]
 
 
 def disruptions_of(nodeclaim: str) -> QuerySet[Disruption]:

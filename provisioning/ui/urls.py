@@ -12,6 +12,7 @@ urlpatterns = [
     path("nodes/", nodes.node_list, name="nodes"),
     path("nodes/<str:name>/", nodes.node_detail, name="node"),
     path("disruptions/", nodes.disruption_list, name="disruptions"),
+    path("interruptions/", nodes.interruption_list, name="interruptions"),
     path("spend/", spend.spend_page, name="spend"),
     path("whatif/", whatif.whatif_page, name="whatif"),
     path("whatif/disruption/", whatif.disruption_page, name="whatif-disruption"),

@@ -64,3 +64,11 @@ def disruption_list(request: HttpRequest) -> HttpResponse:
     # are not listed here: that would ask its API on every view).
     budgets = budget_manifests() if settings.KARPWEB_CLUSTER == "simulated" else []
     return render(request, "provisioning/nodes/disruptions.html", {"page": page, "budgets": budgets})
+
+
+@role_required(VIEWER)
+def interruption_list(request: HttpRequest) -> HttpResponse:
+    page = paginate(request, inventory.interruptions(), 50)
+    rows = inventory.with_recovery(page.object_list)
+    context = {"page": page, "rows": rows, "queue": settings.KARPWEB_INTERRUPTION_QUEUE}
+    return render(request, "provisioning/nodes/interruptions.html", context)
