@@ -12,6 +12,7 @@ import ast
 import base64
 import copy
 import functools
+import json
 import os
 import shlex
 import shutil
@@ -860,3 +861,114 @@ def test_await_migrations_waits_until_migrate_has_run(tmp_path):
     assert migrated.returncode == 0, migrated.stderr
     current = entry("await-migrations", "--timeout", "0")
     assert current.returncode == 0 and "schema is current" in current.stdout
+
+
+# ------------------------------------------------------------------ deploy/aws: interruption queue and IAM
+
+AWS_DEPLOY = DEPLOY / "aws"
+INTERRUPTION_RULES = {
+    "ScheduledChangeRule": ("aws.health", "AWS Health Event"),
+    "SpotInterruptionRule": ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    "RebalanceRule": ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
+    "InstanceStateChangeRule": ("aws.ec2", "EC2 Instance State-change Notification"),
+    "CapacityReservationInterruptionRule": ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+}
+
+
+class CloudFormationLoader(yaml.SafeLoader):
+    """YAML with CloudFormation's short-form intrinsics (``!Ref X`` → ``{"Ref": "X"}``)."""
+
+
+def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict:
+    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+        if suffix == "GetAtt":
+            value = value.split(".", 1)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    return {name: value}
+
+
+CloudFormationLoader.add_multi_constructor("!", _intrinsic)
+
+
+@pytest.fixture(scope="module")
+def interruption_template() -> dict:
+    return yaml.load((AWS_DEPLOY / "interruption-queue.cloudformation.yaml").read_text(), Loader=CloudFormationLoader)
+
+
+def test_the_interruption_template_makes_the_queue_of_upstreams_cloudformation(interruption_template):
+    template = interruption_template
+    assert template["AWSTemplateFormatVersion"] == "2010-09-09"
+    assert set(template["Parameters"]) == {"ClusterName"}
+    resources = template["Resources"]
+    queue = resources["KarpenterInterruptionQueue"]
+    assert queue["Type"] == "AWS::SQS::Queue"
+    assert queue["Properties"] == {
+        "QueueName": {"Ref": "ClusterName"},
+        "MessageRetentionPeriod": 300,
+        "SqsManagedSseEnabled": True,
+    }
+    policy = resources["KarpenterInterruptionQueuePolicy"]
+    assert policy["Type"] == "AWS::SQS::QueuePolicy"
+    assert policy["Properties"]["Queues"] == [{"Ref": "KarpenterInterruptionQueue"}]
+    arn = {"Fn::GetAtt": ["KarpenterInterruptionQueue", "Arn"]}
+    allow, deny = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert allow["Effect"] == "Allow"
+    assert sorted(allow["Principal"]["Service"]) == ["events.amazonaws.com", "sqs.amazonaws.com"]
+    assert (allow["Action"], allow["Resource"]) == ("sqs:SendMessage", arn)
+    assert (deny["Effect"], deny["Principal"], deny["Resource"]) == ("Deny", "*", arn)
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": False}}
+    assert template["Outputs"]["QueueName"]["Value"] == {"Fn::GetAtt": ["KarpenterInterruptionQueue", "QueueName"]}
+
+
+def test_the_interruption_template_has_the_five_rules_targeting_the_queue(interruption_template):
+    resources = interruption_template["Resources"]
+    rules = {name: r for name, r in resources.items() if r["Type"] == "AWS::Events::Rule"}
+    assert set(rules) == set(INTERRUPTION_RULES)
+    for name, (source, detail_type) in INTERRUPTION_RULES.items():
+        properties = rules[name]["Properties"]
+        assert properties["EventPattern"] == {"source": [source], "detail-type": [detail_type]}
+        assert properties["Targets"] == [
+            {"Id": "KarpenterInterruptionQueueTarget", "Arn": {"Fn::GetAtt": ["KarpenterInterruptionQueue", "Arn"]}}
+        ]
+        assert properties.get("EventBusName", "default") == "default"
+
+
+def test_the_simulated_aws_seeds_the_rules_of_the_template():
+    from provisioning.cloud.simulated.seed import INTERRUPTION_RULES as SEEDED
+
+    assert {logical: (source, detail) for logical, source, detail in SEEDED} == INTERRUPTION_RULES
+
+
+def test_the_interruption_template_lints_clean():
+    from cfnlint.api import lint_all
+
+    found = lint_all((AWS_DEPLOY / "interruption-queue.cloudformation.yaml").read_text())
+    # Errors and warnings; informational matches (I...) are suggestions, not faults.
+    assert [str(m) for m in found if not m.rule.id.startswith("I")] == []
+
+
+def test_the_iam_policy_grants_the_queue_and_instance_status_reads():
+    from moto.iam.policy_validation import IAMPolicyDocumentValidator
+
+    text = (AWS_DEPLOY / "iam-policy.json").read_text()
+    assert "${ClusterName}" in text
+    filled = text.replace("${ClusterName}", "my-cluster")
+    IAMPolicyDocumentValidator(filled).validate()
+    granted: dict[str, set[str]] = {}
+    for statement in json.loads(filled)["Statement"]:
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        for action in actions:
+            granted.setdefault(action, set()).add(statement["Resource"])
+    queue = {"arn:aws:sqs:*:*:my-cluster"}
+    assert granted == {
+        "sqs:ReceiveMessage": queue,
+        "sqs:DeleteMessage": queue,
+        "sqs:GetQueueUrl": queue,
+        "ec2:DescribeInstanceStatus": {"*"},
+    }

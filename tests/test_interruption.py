@@ -621,3 +621,108 @@ def test_the_interruptions_page_shows_each_message_and_how_long_the_pods_waited(
         client.get("/interruptions/")
     assert len(more.captured_queries) == len(few.captured_queries)
     assert ClusterNode.objects.get(name=node).disruption_note.startswith("being drained: spot_interrupted")
+
+
+# ------------------------------------------------------------------ the simulated AWS's own queue and health
+
+
+@pytest.fixture
+def seeded_queue(aws):
+    """The queue the simulated AWS made at start (named after the cluster), emptied first."""
+    from provisioning.services.cloud import get_cloud
+
+    source = get_cloud().interruption_queue("my-cluster")
+    source.sqs_client = boto3.client("sqs", **aws.client_kwargs())
+    while True:  # (PurgeQueue may be called once a minute only)
+        batch = source.receive(10, 0, 30)
+        if not batch:
+            return source
+        for message in batch:
+            source.delete(message)
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("spot-interruption", "spot_interrupted"),
+        ("scheduled-change", "scheduled_change"),
+        ("stopping", "instance_stopped"),
+        ("terminating", "instance_terminated"),
+    ],
+)
+def test_each_kind_the_simulated_aws_sends_through_its_rules_is_handled(env, aws, seeded_queue, kind, reason):
+    import requests
+
+    node, iid = node_on(env, aws, pods=1)
+    answer = requests.post(
+        f"{aws.endpoint_url}/_karpweb/interrupt", json={"instanceIds": [iid], "kind": kind}, timeout=10
+    )
+    assert answer.json() == {"sent": 1}
+    assert drain_queue(seeded_queue, wait=2) == 1
+    (forced,) = env.disruptions()
+    assert (forced.reason, forced.nodes) == (reason, [node])
+
+
+def test_a_rebalance_the_simulated_aws_sends_is_an_event(env, aws, seeded_queue):
+    import requests
+
+    _, iid = node_on(env, aws, pods=1)
+    requests.post(
+        f"{aws.endpoint_url}/_karpweb/interrupt", json={"instanceIds": [iid], "kind": "rebalance"}, timeout=10
+    ).raise_for_status()
+    assert drain_queue(seeded_queue, wait=2) == 1
+    assert not env.disruptions() and "SpotRebalanceRecommendation" in reasons(env)
+
+
+def impair(aws, body: dict) -> None:
+    import requests
+
+    requests.post(f"{aws.endpoint_url}/_karpweb/impair", json=body, timeout=10).raise_for_status()
+
+
+def test_an_instance_impaired_for_120_s_is_terminated_forcefully(env, aws):
+    from provisioning.services.interruption import check_instance_status
+
+    node, iid = node_on(env, aws, pods=2)
+    env.pdb(labels={"app": "web"}, max_unavailable=0)
+    try:
+        impair(aws, {"instanceIds": [iid], "check": "system", "impairedSeconds": 60})
+        assert check_instance_status() == [] and not env.disruptions()  # not yet 120 s
+        impair(aws, {"instanceIds": [iid], "check": "ok"})
+        impair(aws, {"instanceIds": [iid], "check": "system", "impairedSeconds": 130})
+        (row,) = check_instance_status()
+        assert (row.kind, row.node, row.source) == ("system_status", node, "instance-status")
+        (forced,) = env.disruptions()
+        assert forced.terminate_by is not None  # forceful: the PDB does not hold the pods
+        assert len(env.cluster.deleted_pods) == 2
+        assert check_instance_status() == []  # counted once until it recovers
+        assert Interruption.objects.count() == 1
+    finally:
+        impair(aws, {"instanceIds": [iid], "check": "ok"})
+
+
+def test_a_scheduled_event_drains_normally(env, aws):
+    from provisioning.services.interruption import check_instance_status
+
+    node, iid = node_on(env, aws, pods=1)
+    try:
+        impair(aws, {"instanceIds": [iid], "event": "instance-retirement"})
+        (row,) = check_instance_status()
+        assert row.kind == "event_status" and "instance-retirement" in row.summary
+        (forced,) = env.disruptions()
+        assert forced.terminate_by is None and forced.nodes == [node]
+    finally:
+        impair(aws, {"instanceIds": [iid], "event": "none"})
+
+
+def test_instance_status_dry_run_counts_and_does_nothing(env, aws, settings):
+    from provisioning.services.interruption import check_instance_status
+
+    settings.KARPWEB_INSTANCE_STATUS_DRY_RUN = True
+    _, iid = node_on(env, aws, pods=1)
+    try:
+        impair(aws, {"instanceIds": [iid], "check": "instance", "impairedSeconds": 200})
+        (row,) = check_instance_status()
+        assert "dry run" in row.action and not env.disruptions()
+    finally:
+        impair(aws, {"instanceIds": [iid], "check": "ok"})

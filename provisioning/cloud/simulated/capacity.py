@@ -217,8 +217,12 @@ class CapacityMiddleware:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
             length = 0
+        # Without a length (chunked), the server marks the end; a length of 0 is an empty body
+        # (reading on would wait for the client's next request on a kept-alive connection).
         stream = environ["wsgi.input"]
-        return stream.read(length) if length > 0 else stream.read()
+        if length > 0:
+            return stream.read(length)
+        return b"" if environ.get("CONTENT_LENGTH") not in (None, "") else stream.read()
 
     @staticmethod
     def _respond(start_response: Callable, response: tuple[str, list, bytes]) -> list[bytes]:

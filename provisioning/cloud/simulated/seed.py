@@ -9,6 +9,10 @@
   ``/aws/service/bottlerocket/...``, ``/aws/service/ami-windows-latest/...``), both the
   ``recommended``/``latest`` and the pinned-version paths.
 * IAM: the role ``KarpenterNodeRole-<cluster>`` and an instance profile of the same name.
+* SQS and EventBridge (:func:`seed_interruption_queue`): the interruption queue of the
+  getting-started CloudFormation (named like the cluster, 300 s retention, SSE, a policy that
+  lets EventBridge send and refuses plain HTTP) and the five rules on the default event bus
+  that route EC2 and Health events into it (``<queue>-ScheduledChangeRule``, ...).
 
 moto is imported only inside the functions that seed.
 """
@@ -19,16 +23,27 @@ import hashlib
 import ipaddress
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from provisioning.cloud.messages import RULES
 from provisioning.cloud.selectors import AL2_IMAGES, AL2023_IMAGES, BOTTLEROCKET_IMAGES, WINDOWS_YEARS
 
 DEFAULT_REGION = "us-east-1"
 DEFAULT_CLUSTER = "my-cluster"
 DEFAULT_KUBERNETES_VERSION = "1.33"
 DISCOVERY_TAG = "karpenter.sh/discovery"
+
+# The EventBridge rules of the interruption queue (logical id, source, detail-type), as in
+# Karpenter's getting-started CloudFormation and as the consumer parses them; each is named
+# ``<queue>-<logical id>``.
+INTERRUPTION_RULES = tuple((name, source, detail_type) for name, (source, detail_type) in RULES.items())
+INTERRUPTION_QUEUE_TARGET_ID = "KarpenterInterruptionQueueTarget"
+INTERRUPTION_QUEUE_RETENTION_SECONDS = 300
+RULE_NAME_MAX = 64
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 
 # The release the seeded AMIs belong to (names and creation dates follow from it).
 AMI_RELEASE = "20261101"
@@ -246,3 +261,64 @@ def _seed_iam(account: str, region: str, cluster: str) -> str:
     except Exception as exc:  # the simulation still serves EC2 and SSM without IAM
         print(f"simulated AWS: no IAM instance profile ({exc})", file=sys.stderr)
         return ""
+
+
+@dataclass(frozen=True)
+class SeededQueue:
+    name: str
+    arn: str
+    rules: tuple[str, ...]  # rule names, in the order of INTERRUPTION_RULES
+
+
+def interruption_rule_name(queue: str, logical_id: str) -> str:
+    """``<queue>-<logical id>``, the queue name shortened to keep within EventBridge's 64 characters."""
+    return f"{queue[: RULE_NAME_MAX - len(logical_id) - 1]}-{logical_id}"
+
+
+def interruption_queue_policy(queue_arn: str) -> dict:
+    """The queue policy of the getting-started CloudFormation: EventBridge (and SQS) may send,
+    nobody may use the queue without TLS."""
+    return {
+        "Version": "2012-10-17",
+        "Id": "EC2InterruptionPolicy",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
+                "Action": "sqs:SendMessage",
+                "Resource": queue_arn,
+            },
+            {
+                "Sid": "DenyHTTP",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "sqs:*",
+                "Resource": queue_arn,
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            },
+        ],
+    }
+
+
+def seed_interruption_queue(region: str = DEFAULT_REGION, queue: str = DEFAULT_CLUSTER) -> SeededQueue:
+    """Create the interruption queue ``queue`` and the five EventBridge rules that target it,
+    in moto's in-memory SQS and EventBridge backends of this process."""
+    if not QUEUE_NAME.match(queue):
+        raise ValueError(f"{queue!r}: a queue name is 1 to 80 letters, digits, hyphens or underscores")
+    from moto.events.models import events_backends
+    from moto.sqs.models import sqs_backends
+
+    account = account_id()
+    sqs = sqs_backends[account][region]
+    retention = str(INTERRUPTION_QUEUE_RETENTION_SECONDS)
+    arn = sqs.create_queue(queue, MessageRetentionPeriod=retention, SqsManagedSseEnabled=True).queue_arn
+    sqs.set_queue_attributes(queue, {"Policy": json.dumps(interruption_queue_policy(arn))})
+    events = events_backends[account][region]
+    rules = []
+    for logical_id, source, detail_type in INTERRUPTION_RULES:
+        name = interruption_rule_name(queue, logical_id)
+        pattern = {"source": [source], "detail-type": [detail_type]}
+        events.put_rule(name=name, event_bus_arn="default", event_pattern=json.dumps(pattern), state="ENABLED")
+        events.put_targets(name, "default", [{"Id": INTERRUPTION_QUEUE_TARGET_ID, "Arn": arn}])
+        rules.append(name)
+    return SeededQueue(queue, arn, tuple(rules))

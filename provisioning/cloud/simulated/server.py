@@ -1,5 +1,6 @@
-"""The simulated AWS process: seed the account, then serve moto behind the capacity
-middleware on 127.0.0.1 until SIGINT or SIGTERM."""
+"""The simulated AWS process: seed the account (and the interruption queue with its rules),
+then serve moto behind the interruption and capacity middleware on 127.0.0.1 until SIGINT or
+SIGTERM."""
 
 from __future__ import annotations
 
@@ -9,20 +10,34 @@ import signal
 import threading
 
 from provisioning.cloud.simulated.capacity import INSUFFICIENT_CAPACITY_ENV, CapacityMiddleware, ExhaustedOfferings
+from provisioning.cloud.simulated.interruptions import (
+    DEFAULT_SPOT_NOTICE_SECONDS,
+    SPOT_NOTICE_ENV,
+    InterruptionMiddleware,
+    spot_notice_from_env,
+)
 from provisioning.cloud.simulated.seed import (
     DEFAULT_CLUSTER,
     DEFAULT_KUBERNETES_VERSION,
     DEFAULT_REGION,
+    QUEUE_NAME,
     seed_account,
+    seed_interruption_queue,
 )
 
 DESCRIPTION = "The simulated AWS of the embedded default: a moto server seeded like an EKS account for Karpenter."
 
 
-def build_app(offerings: ExhaustedOfferings, region: str = DEFAULT_REGION) -> CapacityMiddleware:
+def build_app(
+    offerings: ExhaustedOfferings,
+    region: str = DEFAULT_REGION,
+    spot_notice_seconds: float = DEFAULT_SPOT_NOTICE_SECONDS,
+) -> InterruptionMiddleware:
+    """moto behind the capacity middleware, behind the interruption middleware."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    return CapacityMiddleware(DomainDispatcherApplication(create_backend_app), offerings, region)
+    capacity = CapacityMiddleware(DomainDispatcherApplication(create_backend_app), offerings, region)
+    return InterruptionMiddleware(capacity, region, spot_notice_seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--region", default=DEFAULT_REGION)
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER)
     parser.add_argument("--kubernetes-version", default=DEFAULT_KUBERNETES_VERSION)
+    parser.add_argument(
+        "--interruption-queue",
+        default=None,
+        help="the SQS queue the interruption rules target (default: the cluster name; an empty string: none)",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every request")
     args = parser.parse_args(argv)
 
@@ -38,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         offerings = ExhaustedOfferings.from_env()
     except ValueError as exc:
         parser.error(f"{INSUFFICIENT_CAPACITY_ENV}: {exc}")
+    try:
+        spot_notice_seconds = spot_notice_from_env()
+    except ValueError as exc:
+        parser.error(f"{SPOT_NOTICE_ENV}: {exc}")
+    queue = args.cluster if args.interruption_queue is None else args.interruption_queue
+    if queue and not QUEUE_NAME.match(queue):
+        parser.error(f"--interruption-queue: {queue!r}: 1 to 80 letters, digits, hyphens or underscores")
     if not args.verbose:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
@@ -49,9 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda signum, frame: stop.set())
 
     seed_account(args.region, args.cluster, args.kubernetes_version)
+    if queue:
+        seed_interruption_queue(args.region, queue)
     if stop.is_set():  # stopped while seeding
         return 0
-    app = build_app(offerings, args.region)
+    app = build_app(offerings, args.region, spot_notice_seconds)
     server = make_server("127.0.0.1", args.port, app, threaded=True, request_handler=MotoRequestHandler)
     thread = threading.Thread(target=server.serve_forever, args=(0.2,), name="moto", daemon=True)
     thread.start()
