@@ -449,6 +449,7 @@ class Interruption(models.Model):
     pods = models.JSONField(default=list, blank=True)  # "ns/name" of the pods on the node then
     detail = models.JSONField(default=dict, blank=True)  # the event's detail, the condition, ...
     deleted = models.BooleanField(default=False)  # the queue message was deleted
+    deliveries = models.PositiveIntegerField(default=1)  # how often the queue delivered it (redeliveries)
 
     class Meta:
         ordering = ["-received_at", "-id"]

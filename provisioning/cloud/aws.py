@@ -707,20 +707,22 @@ class AWSQueue:
                 MaxNumberOfMessages=max_messages,
                 WaitTimeSeconds=wait_seconds,
                 VisibilityTimeout=visibility_seconds,
-                MessageSystemAttributeNames=["SentTimestamp"],
+                MessageSystemAttributeNames=["SentTimestamp", "ApproximateReceiveCount"],
                 MessageAttributeNames=["All"],
             )
         except (ClientError, BotoCoreError) as exc:
             raise to_cloud_error(exc, "ReceiveMessage") from exc
         out = []
         for raw in answer.get("Messages") or []:
-            sent = (raw.get("Attributes") or {}).get("SentTimestamp")
+            attributes = raw.get("Attributes") or {}
+            sent, count = attributes.get("SentTimestamp"), attributes.get("ApproximateReceiveCount")
             out.append(
                 QueueMessage(
                     body=raw.get("Body") or "",
                     receipt=raw["ReceiptHandle"],
                     message_id=raw.get("MessageId", ""),
                     sent_at=int(sent) / 1000 if sent and str(sent).isdigit() else None,
+                    receive_count=int(count) if count and str(count).isdigit() else 1,
                 )
             )
         return out

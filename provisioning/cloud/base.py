@@ -202,6 +202,7 @@ class QueueMessage:
     receipt: str
     message_id: str = ""
     sent_at: float | None = None  # Unix seconds (SentTimestamp)
+    receive_count: int = 1  # ApproximateReceiveCount: more than 1 is a redelivery
 
 
 class MessageQueue(Protocol):

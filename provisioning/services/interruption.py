@@ -69,9 +69,13 @@ def handle(message: QueueMessage, now: datetime | None = None) -> list[Interrupt
             received_at=now,
             action="logged and deleted: it does not parse",
             detail={"body": message.body[:2000]},
+            deliveries=message.receive_count,
         )
         return [row]
-    return act(parsed, now, source=Interruption.Source.QUEUE, message_id=message.message_id)
+    rows = act(parsed, now, source=Interruption.Source.QUEUE, message_id=message.message_id)
+    if message.receive_count > 1:
+        Interruption.objects.filter(pk__in=[r.pk for r in rows]).update(deliveries=message.receive_count)
+    return rows
 
 
 def consume(queue: MessageQueue, stop: Callable[[], bool], receive: dict | None = None) -> int:

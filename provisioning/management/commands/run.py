@@ -55,6 +55,7 @@ class Command(BaseCommand):
                     raise CommandError(f"manage.py {' '.join(step)} failed")
             if not no_demo and settings.KARPWEB_CLUSTER == "simulated":
                 env.setdefault("KARPWEB_DEMO_WORKLOAD", "1")  # Deployments that scale over time
+                env.setdefault("KARPWEB_NODE_REPAIR", "1")  # `manage.py sim node N --condition Ready=False`
             env.setdefault("WEB_CONCURRENCY", "2")
             env["KARPWEB_ROLE"] = "web"
             env["BIND"] = f"127.0.0.1:{port}"
@@ -75,6 +76,8 @@ class Command(BaseCommand):
                 celery_worker_argv(concurrency=4, beat_schedule=settings.VAR_DIR / "celerybeat-schedule"),
                 cwd=settings.BASE_DIR,
             )
+            if env.get("KARPWEB_INTERRUPTION_QUEUE"):
+                launcher.start("interruptions", [*manage, "interruptions"], cwd=settings.BASE_DIR)
         except (RuntimeError, CommandError) as exc:
             launcher.stop()
             raise CommandError(str(exc)) from None
@@ -109,4 +112,6 @@ class Command(BaseCommand):
             AWS_REGION=settings.AWS_REGION,
             KARPWEB_AWS="simulated",
         )
+        # The simulated AWS made the queue and its five EventBridge rules, named after the cluster.
+        env.setdefault("KARPWEB_INTERRUPTION_QUEUE", settings.KARPWEB_CLUSTER_NAME)
         self.stdout.write(f"Simulated AWS on {env['AWS_ENDPOINT_URL']} (region {settings.AWS_REGION})")
