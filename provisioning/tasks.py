@@ -226,10 +226,15 @@ def sim_tick() -> dict[str, Any]:
 
 @shared_task(name="provisioning.tasks.demo_workload", ignore_result=True)
 def demo_workload() -> dict[str, int]:
+    from django.conf import settings
+
     from provisioning.services import demo
+    from provisioning.services.connections import get_redis
 
     replicas = demo.step()
     pods_pending()
+    if settings.KARPWEB_AWS == "simulated" and settings.KARPWEB_INTERRUPTION_QUEUE:
+        demo.interrupt_now_and_then(get_redis())
     return replicas
 
 

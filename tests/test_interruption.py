@@ -726,3 +726,18 @@ def test_instance_status_dry_run_counts_and_does_nothing(env, aws, settings):
         assert "dry run" in row.action and not env.disruptions()
     finally:
         impair(aws, {"instanceIds": [iid], "check": "ok"})
+
+
+def test_the_demo_interrupts_a_spot_node_now_and_then(env, aws, seeded_queue):
+    from provisioning.services import demo
+    from provisioning.services.connections import get_redis
+
+    node_on(env, aws, pods=1, capacity_type="on-demand")
+    assert demo.interrupt_now_and_then(get_redis(), endpoint=aws.endpoint_url) is None  # no spot node yet
+    node, iid = node_on(env, aws, pods=1)
+    assert demo.interrupt_now_and_then(get_redis(), endpoint=aws.endpoint_url) == iid
+    assert demo.interrupt_now_and_then(get_redis(), endpoint=aws.endpoint_url) is None  # one lately
+    assert 0 < get_redis().ttl(demo.INTERRUPTED_KEY) <= demo.INTERRUPT_EVERY
+    assert drain_queue(seeded_queue, wait=2) == 1
+    (forced,) = env.disruptions()
+    assert (forced.reason, forced.nodes) == ("spot_interrupted", [node])

@@ -1,14 +1,23 @@
 """The demo workload of the simulated cluster: a few Deployments whose replicas follow
 slow waves, so a newcomer's ``make run`` shows launches, consolidation and spend moving;
-and a PodDisruptionBudget on ``web`` (one pod unavailable at a time), so a drain of its
-nodes waits for each evicted pod to run again."""
+a PodDisruptionBudget on ``web`` (one pod unavailable at a time), so a drain of its nodes
+waits for each evicted pod to run again; and now and then a spot interruption of one of its
+spot nodes, sent through the simulated AWS as EC2 would send it, so the warning, the early
+replacement and the drain show on the overview and the Interruptions page."""
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import os
+import random
 import time
+import urllib.request
 
 from provisioning.cluster import simulated
+
+log = logging.getLogger(__name__)
 
 # name, cpu, memory, base replicas, swing, period (s), phase
 DEPLOYMENTS = (
@@ -52,3 +61,44 @@ def step(now: float | None = None) -> dict[str, int]:
 def seed_budget() -> list[tuple[str, str]]:
     """Store the demo PodDisruptionBudget (as ``sim apply`` would)."""
     return simulated.apply_budgets(simulated.budget_documents([BUDGET]))
+
+
+INTERRUPT_EVERY = 600.0  # seconds between two spot interruptions of the demo, about
+INTERRUPTED_KEY = "karpweb:demo:interrupted-at"
+
+
+def interrupt_now_and_then(redis, now: float | None = None, endpoint: str | None = None) -> str | None:
+    """About every ``INTERRUPT_EVERY`` seconds, a spot interruption warning for one spot node
+    (the simulated AWS's ``POST /_karpweb/interrupt``); the instance it chose, or None."""
+    from provisioning.models import ClusterNode, NodeClaim
+
+    now = time.time() if now is None else now
+    endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL", "")
+    if not endpoint:
+        return None
+    if not redis.set(INTERRUPTED_KEY, repr(now), nx=True, ex=int(INTERRUPT_EVERY)):
+        return None  # one lately (the key expires when the next is due)
+    running = set(ClusterNode.objects.filter(ready=True).values_list("instance_id", flat=True))
+    spot = sorted(
+        i
+        for i in NodeClaim.objects.filter(capacity_type="spot", state=NodeClaim.State.INITIALIZED).values_list(
+            "instance_id", flat=True
+        )
+        if i in running
+    )
+    if not spot:
+        redis.delete(INTERRUPTED_KEY)  # none to interrupt yet: try again next step
+        return None
+    chosen = random.choice(spot)
+    body = json.dumps({"instanceIds": [chosen], "kind": "spot-interruption"}).encode()
+    request = urllib.request.Request(
+        f"{endpoint.rstrip('/')}/_karpweb/interrupt", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 (the simulated AWS's URL)
+            answer.read()
+    except OSError as exc:
+        log.warning("demo: the spot interruption of %s was not sent: %s", chosen, exc)
+        return None
+    log.info("demo: the simulated AWS interrupts spot instance %s (a 2-minute warning)", chosen)
+    return chosen
