@@ -1,6 +1,6 @@
 """The image's entrypoint: one image, one process per role.
 
-    python -m karpweb.entrypoint web | webhook | worker | beat | watch
+    python -m karpweb.entrypoint web | webhook | worker | beat | watch | interruptions
     python -m karpweb.entrypoint migrate | await-migrations [--timeout S] | alive [--max-age S]
     python -m karpweb.entrypoint manage COMMAND [ARGS...]
 
@@ -13,7 +13,7 @@ Environment, beyond what karpweb.settings and deploy/gunicorn.conf.py read:
     WORKER_CONCURRENCY      Celery worker processes (4)
     WORKER_QUEUES           comma-separated queues the worker consumes (all)
     LOG_LEVEL               Celery's log level (INFO)
-    KARPWEB_HEARTBEAT_FILE  liveness file of worker, beat and watch (<var>/heartbeat)
+    KARPWEB_HEARTBEAT_FILE  liveness file of worker, beat, watch and interruptions (<var>/heartbeat)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from provisioning.launcher import REPO_DIR, celery_beat_argv, celery_worker_argv
 
 MANAGE = [sys.executable, str(REPO_DIR / "manage.py")]
 # The roles whose liveness is a heartbeat file rather than an HTTP probe.
-LOOPING = {"worker", "beat", "watch"}
+LOOPING = {"worker", "beat", "watch", "interruptions"}
 
 
 def var_dir() -> Path:
@@ -56,6 +56,8 @@ def argv_for(role: str, args: list[str]) -> list[str]:
         return celery_beat_argv(var_dir() / "celerybeat-schedule", loglevel=loglevel)
     if role == "watch":
         return [*MANAGE, "cluster_watch"]
+    if role == "interruptions":
+        return [*MANAGE, "interruptions", "--wait-without-queue"]
     if role == "migrate":
         return [*MANAGE, "migrate", "--noinput"]
     if role == "manage":
@@ -131,6 +133,7 @@ def parser() -> argparse.ArgumentParser:
         ("worker", "a Celery worker"),
         ("beat", "the Celery beat (run exactly one)"),
         ("watch", "manage.py cluster_watch (run exactly one)"),
+        ("interruptions", "manage.py interruptions: the interruption queue's consumer (replicas elect one)"),
         ("migrate", "manage.py migrate"),
     ):
         roles.add_parser(role, help=help_text)

@@ -53,6 +53,7 @@ ROLES = {
     "karpweb-worker": "worker",
     "karpweb-beat": "beat",
     "karpweb-watch": "watch",
+    "karpweb-interruptions": "interruptions",
 }
 # Kinds that are not built in, so no Kubernetes schema checks them; nothing else may appear.
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
@@ -306,7 +307,7 @@ def test_migrations_run_once_in_the_beat_and_every_other_pod_waits_for_them(docs
 
 def test_beat_and_watch_are_single_and_never_overlap(docs):
     found = deployments(docs)
-    for name in ("karpweb-beat", "karpweb-watch"):
+    for name in ("karpweb-beat", "karpweb-watch", "karpweb-interruptions"):
         assert found[name]["spec"]["replicas"] == 1
         assert found[name]["spec"]["strategy"] == {"type": "Recreate"}
         assert not [
@@ -430,7 +431,8 @@ def test_the_cluster_role_grants_exactly_what_the_code_calls(docs):
     for name, deployment in deployments(docs).items():
         spec = deployment["spec"]["template"]["spec"]
         assert spec["serviceAccountName"] == account["metadata"]["name"]
-        assert spec.get("automountServiceAccountToken", False) == (ROLES[name] in ("worker", "watch")), name
+        calls_the_api = ROLES[name] in ("worker", "watch", "interruptions")
+        assert spec.get("automountServiceAccountToken", False) == calls_the_api, name
 
 
 # Each call of the official client in provisioning/cluster/kubernetes.py, and the RBAC it needs:

@@ -741,3 +741,14 @@ def test_the_demo_interrupts_a_spot_node_now_and_then(env, aws, seeded_queue):
     assert drain_queue(seeded_queue, wait=2) == 1
     (forced,) = env.disruptions()
     assert (forced.reason, forced.nodes) == ("spot_interrupted", [node])
+
+
+def test_a_drain_asks_the_cloud_about_its_own_instances_only(env, aws, queue):
+    """One DescribeInstances filtered to the node's instance, not a listing of the cluster's."""
+    from provisioning.services.cloud import get_cloud
+
+    node_on(env, aws, pods=1)
+    _, iid = node_on(env, aws, pods=1)
+    listed = get_cloud().list_instances([iid, "i-0000000000000dead"])
+    assert [i.id for i in listed] == [iid]
+    assert get_cloud().list_instances([]) == []

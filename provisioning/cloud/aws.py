@@ -651,12 +651,18 @@ class AWSCloud:
         except BotoCoreError as exc:
             raise to_cloud_error(exc, "TerminateInstances") from exc
 
-    def list_instances(self) -> list[Instance]:
+    def list_instances(self, instance_ids: Iterable[str] | None = None) -> list[Instance]:
         filters = [
             {"Name": f"tag:{self.config.cluster_tag}", "Values": ["owned"]},
             {"Name": "tag-key", "Values": [NODEPOOL_TAG]},
             {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
         ]
+        if instance_ids is not None:
+            ids = sorted(set(instance_ids))
+            if not ids:
+                return []
+            # A filter, not InstanceIds: an id EC2 no longer knows is left out, not an error.
+            filters.append({"Name": "instance-id", "Values": ids})
         return [
             instance_from(raw)
             for reservation in self._pages(

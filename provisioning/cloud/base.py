@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 # ------------------------------------------------------------------ EC2NodeClass resolution
@@ -185,8 +186,9 @@ class CloudProvider(Protocol):
 
     def terminate(self, instance_id: str) -> None: ...
 
-    def list_instances(self) -> list[Instance]:
-        """Instances this cluster launched (by the cluster tag), for garbage collection."""
+    def list_instances(self, instance_ids: Iterable[str] | None = None) -> list[Instance]:
+        """Instances this cluster launched (by the cluster tag), for garbage collection; only
+        those of ``instance_ids`` when given (one call for a few, not a listing of all)."""
 
     def instance_statuses(self) -> list[dict[str, Any]]:
         """``DescribeInstanceStatus`` of the instances with an impaired instance or system

@@ -670,7 +670,7 @@ def _instances_gone(disruption: Disruption) -> set[str]:
     if not suspects:
         return set()
     try:
-        alive = {i.id for i in get_cloud().list_instances()}
+        alive = {i.id for i in get_cloud().list_instances(suspects)}
     except Exception as exc:  # the cloud cannot say: keep draining, ask again next round
         log.warning("disruption %s: cannot list instances (%s)", disruption.pk, exc)
         return set()

@@ -128,7 +128,7 @@ class StubCloud:
     def terminate(self, instance_id: str) -> None:
         self.terminated.append(instance_id)
 
-    def list_instances(self) -> list[Any]:
+    def list_instances(self, instance_ids=None) -> list[Any]:
         from provisioning.cloud.base import Instance
 
         ids = NodeClaim.objects.exclude(instance_id="").exclude(state=NodeClaim.State.TERMINATED)

@@ -93,7 +93,7 @@ class RecordingCloud:
         if self.alive is not None:
             self.alive.discard(instance_id)
 
-    def list_instances(self) -> list[Instance]:
+    def list_instances(self, instance_ids=None) -> list[Instance]:
         ids = (
             self.alive
             if self.alive is not None

@@ -32,17 +32,28 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--queue", default=None, help="the SQS queue name (default: $KARPWEB_INTERRUPTION_QUEUE)")
         parser.add_argument("--kubeconfig", default=None, help="kubeconfig path, for the Lease of a real cluster")
+        parser.add_argument(
+            "--wait-without-queue",
+            action="store_true",
+            help="with no queue set, wait (and keep the heartbeat) instead of failing: a Deployment's pod",
+        )
 
-    def handle(self, *args, queue: str | None, kubeconfig: str | None, **options):
+    def handle(self, *args, queue: str | None, kubeconfig: str | None, wait_without_queue: bool, **options):
         from provisioning.services import interruption
         from provisioning.services.cloud import get_cloud
 
         name = (queue if queue is not None else settings.KARPWEB_INTERRUPTION_QUEUE).strip()
-        if not name:
-            raise CommandError("no interruption queue: set KARPWEB_INTERRUPTION_QUEUE to the SQS queue's name")
         stopping = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stopping.set())
+        if not name:
+            message = "no interruption queue: set KARPWEB_INTERRUPTION_QUEUE to the SQS queue's name"
+            if not wait_without_queue:
+                raise CommandError(message)
+            self.stderr.write(f"{message}; waiting")
+            while not stopping.wait(5):
+                heartbeat.touch()
+            return
 
         def stop() -> bool:
             heartbeat.touch()  # every long poll at least (20 s), so a fresh heartbeat means it cycles
