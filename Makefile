@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds manifests image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-disruption bench-ui fuzz-api fuzz-solver clean
+.PHONY: setup run test test-fast lint crds manifests image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-disruption bench-interruption bench-ui fuzz-api fuzz-solver clean
 
 setup: $(STAMP)
 
@@ -89,6 +89,9 @@ bench-capacity: setup
 # violations (`bench/disruption.py --small` for a quick check).
 bench-disruption: setup
 	$(PY) bench/disruption.py
+
+bench-interruption: setup
+	$(PY) bench/interruption.py
 
 # schemathesis against the OpenAPI schema: no server errors, only documented answers.
 fuzz-api: setup

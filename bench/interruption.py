@@ -217,7 +217,7 @@ def provision_from_scratch(platform: Platform, name: str, replicas: int, timeout
     return None
 
 
-def part_replace(platform: Platform) -> None:
+def part_replace(platform: Platform) -> bool:
     import requests
 
     from provisioning.models import ClusterNode, ClusterPod, Interruption, NodeClaim
@@ -243,7 +243,7 @@ def part_replace(platform: Platform) -> None:
     baseline = provision_from_scratch(platform, "web", PODS, args.timeout)
     if baseline is None:
         print(f"the {PODS} pods were not all running after {args.timeout:g} s; no figure")
-        return
+        return False
     nodes = list(ClusterNode.objects.all())
     old = {n.name for n in nodes}
     instances = [n.instance_id for n in nodes]
@@ -287,7 +287,7 @@ def part_replace(platform: Platform) -> None:
         again, total = running_on_new_nodes(old)
         print(f"after {args.timeout:g} s only {again} of {total} pods run on new nodes")
     if args.skip_termination:
-        return
+        return all_running is not None
     # The simulated AWS ends the instances 120 s after the warning, whatever was done.
     ec2 = platform.client("ec2")
     deadline = warned + 180
@@ -310,6 +310,7 @@ def part_replace(platform: Platform) -> None:
         f"the interrupted instances were terminated {how} by +{ended:.0f} s ({gone} NodeClaims terminated); "
         f"pods lost: {lost} of {PODS}"
     )
+    return all_running is not None and lost == 0
 
 
 def wait_until_warm(deadline: float) -> None:
@@ -430,8 +431,34 @@ def _aware(epoch: float):
     return datetime.fromtimestamp(epoch - 1, UTC)
 
 
-def part_queue(platform: Platform) -> None:
+def bare_drain(platform: Platform, count: int) -> tuple[float, int]:
+    """The reference, timed in the same run: the same queue calls (ReceiveMessage of 10, a
+    DeleteMessage each, 10 at a time) with no handling, so the figure above it can be told
+    from what the simulated SQS itself costs on this machine now."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from provisioning.services.cloud import get_cloud
+
+    sqs = platform.client("sqs")
+    name = f"bench-bare-{uuid.uuid4().hex[:6]}"
+    url = sqs.create_queue(QueueName=name, Attributes={"MessageRetentionPeriod": "3600"})["QueueUrl"]
+    fill(sqs, url, mixed_messages(count))
+    queue = get_cloud().interruption_queue(name)
+    deleted = 0
+    started = time.time()
+    with ThreadPoolExecutor(10) as pool:
+        while batch := queue.receive(10, 1, 20):
+            deleted += sum(1 for _ in pool.map(queue.delete, batch))
+    return time.time() - started, deleted
+
+
+def part_queue(platform: Platform) -> bool:
     args = platform.args
+    seconds, deleted = bare_drain(platform, args.messages)
+    print(
+        f"reference, same run: {deleted:,} messages received and deleted with no handling in {seconds:.1f} s: "
+        f"{deleted / seconds:,.0f} messages/s (the simulated SQS's own cost)"
+    )
     # The consumer's start (Django, the queue URL) is not throughput: time from its first deletion.
     result = drain(platform, f"bench-{uuid.uuid4().hex[:6]}", args.messages)
     span = result["seconds"] - (result["first"] or 0)
@@ -448,6 +475,7 @@ def part_queue(platform: Platform) -> None:
         f"{killed['deleted']:,} deleted, {killed['redelivered']} redelivered after the visibility timeout, "
         f"{killed['left']} left in the queue"
     )
+    return all(r["left"] == 0 and r["deleted"] == args.messages for r in (result, killed))
 
 
 def main() -> int:
@@ -461,15 +489,16 @@ def main() -> int:
     parser.add_argument("--skip-termination", action="store_true", help="do not wait for the instances to end")
     args = parser.parse_args()
     platform = Platform(args)
+    ok = True
     try:
         platform.start()
         if args.part in ("replace", "both"):
-            part_replace(platform)
+            ok = part_replace(platform) and ok
         if args.part in ("queue", "both"):
-            part_queue(platform)
+            ok = part_queue(platform) and ok
     finally:
         platform.stop()
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
