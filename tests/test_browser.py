@@ -159,6 +159,20 @@ def test_log_in_watch_a_pending_pod_get_a_node_and_open_its_decision(page, simul
     page.wait_for_url("**/disruptions/")
     shot(page, "disruptions")
 
+    # A spot interruption of the node, as the queue's consumer handles it: on the Interruptions page.
+    from django.utils import timezone
+
+    from provisioning.cloud import messages
+    from provisioning.services import interruption
+
+    claim.refresh_from_db()
+    warning = messages.Message(messages.SPOT_INTERRUPTED, (claim.instance_id,), detail={"instance-action": "terminate"})
+    interruption.act(warning, timezone.now(), source="queue", message_id="browser-test")
+    page.click("nav >> text=Interruptions")
+    row = page.locator("table tbody tr", has_text=claim.instance_id)
+    assert row.count() == 1 and "spot interruption warning" in row.first.inner_text()
+    shot(page, "interruptions")
+
     page.click("nav >> text=Decisions")
     shot(page, "decisions")
     page.click(f"a[href='/decisions/{decision.pk}/']")

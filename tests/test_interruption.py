@@ -752,3 +752,23 @@ def test_a_drain_asks_the_cloud_about_its_own_instances_only(env, aws, queue):
     listed = get_cloud().list_instances([iid, "i-0000000000000dead"])
     assert [i.id for i in listed] == [iid]
     assert get_cloud().list_instances([]) == []
+
+
+def test_a_message_whose_deletion_fails_is_not_recorded_as_deleted_and_comes_back(env, aws, queue, monkeypatch):
+    from provisioning.services.interruption import handle_batch
+
+    send(queue, state("i-0123456789abcdef0", "running"))
+
+    def refused(message):
+        raise RuntimeError("the queue went away")
+
+    monkeypatch.setattr(queue, "delete", refused)
+    assert handle_batch(queue, queue.receive(10, 1, 1)) == 0
+    assert not Interruption.objects.get().deleted
+    monkeypatch.undo()
+    import time
+
+    time.sleep(1.2)
+    assert handle_batch(queue, queue.receive(10, 2, 20)) == 1
+    row = Interruption.objects.get()  # the redelivery found its row
+    assert row.deleted and left_in(queue) == 0

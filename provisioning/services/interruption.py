@@ -62,16 +62,9 @@ def handle(message: QueueMessage, now: datetime | None = None) -> list[Interrupt
         parsed = messages.parse(message.body)
     except messages.UnparsableMessage as exc:
         log.error("interruption queue: message %s does not parse: %s", message.message_id, exc)
-        row = Interruption.objects.create(
-            kind=UNPARSABLE,
-            message_id=message.message_id,
-            summary=str(exc)[:300],
-            received_at=now,
-            action="logged and deleted: it does not parse",
-            detail={"body": message.body[:2000]},
-            deliveries=message.receive_count,
-        )
-        return [row]
+        common = {"kind": UNPARSABLE, "message_id": message.message_id, "summary": str(exc)[:300]}
+        common |= {"received_at": now, "detail": {"body": message.body[:2000]}, "deliveries": message.receive_count}
+        return [_once(common, action="logged and deleted: it does not parse")]
     rows = act(parsed, now, source=Interruption.Source.QUEUE, message_id=message.message_id)
     if message.receive_count > 1:
         Interruption.objects.filter(pk__in=[r.pk for r in rows]).update(deliveries=message.receive_count)
@@ -113,12 +106,17 @@ def _handle_and_delete(queue: MessageQueue, message: QueueMessage, in_thread: bo
             message.message_id,
         )
         return 0
+    # Marked first: a worker that dies between the two leaves a row that says deleted and a
+    # message that comes back, is handled again (finding its row) and deleted; never the other
+    # way round, a message gone with a row that says it is still there.
+    marked = Interruption.objects.filter(pk__in=[r.pk for r in rows])
+    marked.update(deleted=True)
     try:
         queue.delete(message)
     except Exception as exc:  # handled twice at worst: every action is idempotent
         log.warning("interruption queue: deleting message %s failed: %s", message.message_id, exc)
+        marked.update(deleted=False)
         return 0
-    Interruption.objects.filter(pk__in=[r.pk for r in rows]).update(deleted=True)
     return 1
 
 
@@ -145,8 +143,17 @@ def act(
         "detail": detail if detail is not None else message.detail,
     }
     if message.kind == messages.NO_OP or not message.instance_ids:
-        return [Interruption.objects.create(**common, action="no action: not an event karpweb acts on")]
+        return [_once(common, action="no action: not an event karpweb acts on")]
     return [_act_on(instance, message.kind, now, common, forceful) for instance in message.instance_ids]
+
+
+def _once(fields: dict, action: str) -> Interruption:
+    """The row of a message that names no instance, once whatever its redeliveries."""
+    if fields.get("message_id"):
+        found = Interruption.objects.filter(message_id=fields["message_id"], instance_id="").first()
+        if found is not None:
+            return found
+    return Interruption.objects.create(**fields, action=action)
 
 
 def _act_on(instance_id: str, kind: str, now: datetime, common: dict, forceful: bool) -> Interruption:
