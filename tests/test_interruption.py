@@ -113,9 +113,13 @@ def test_a_message_that_does_not_parse_says_why(body, says):
 
 @pytest.fixture
 def aws(simulated_aws, monkeypatch):
+    from provisioning.services import cloud
+
     for key, value in simulated_aws.env().items():
         monkeypatch.setenv(key, value)
-    return simulated_aws
+    cloud.get_cloud.cache_clear()  # a cloud an earlier test made for other credentials
+    yield simulated_aws
+    cloud.get_cloud.cache_clear()
 
 
 @pytest.fixture

@@ -107,11 +107,15 @@ def aws_fixture(simulated_aws, monkeypatch):
     """The simulated AWS, and the environment that points the product's boto3 at it. The
     simulated AWS is the session's: every impairment a test set is cleared afterwards, and the
     instances it launched are terminated (so the cluster's instances do not pile up)."""
+    from provisioning.services import cloud
+
     for key, value in simulated_aws.env().items():
         monkeypatch.setenv(key, value)
+    cloud.get_cloud.cache_clear()  # a cloud an earlier test made for other credentials
     simulated_aws.impaired = []
     simulated_aws.launched = []
     yield simulated_aws
+    cloud.get_cloud.cache_clear()
     if simulated_aws.impaired:
         answer = requests.post(
             f"{simulated_aws.endpoint_url}/_karpweb/impair",
