@@ -718,6 +718,7 @@ class Timed:
         self.current = ""
         self.log: list[str] = []  # the kind of every call, in order
         self.seconds: dict[str, list[float]] = {}
+        self.calls: list[tuple[str, float]] = []  # every call's kind and seconds, in order
 
     def __call__(self, *args, **kwargs):
         kind = self.kind(*args, **kwargs)
@@ -727,7 +728,9 @@ class Timed:
         try:
             return self.function(*args, **kwargs)
         finally:
-            self.seconds.setdefault(kind, []).append(time.perf_counter() - start)
+            took = time.perf_counter() - start
+            self.seconds.setdefault(kind, []).append(took)
+            self.calls.append((kind, took))
             self.current = outer
 
 
@@ -826,6 +829,7 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
     now = timezone.now() + timedelta(days=1)
     started = now
     rounds: dict[str, list[float]] = {}
+    slowest: dict[str, Any] = {}  # the slowest round, and where its time went
     provisioned = pods_provisioned = stuck_pending = 0
     provisioned_for: Counter = Counter()  # Deployment: pods the scheduler could not bind
     cancelled: tuple = ()  # the last command cancelled on its re-check, and how often in a row
@@ -837,6 +841,7 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
         count += 1
         last = Disruption.objects.aggregate(last=Max("pk"))["last"] or 0
         calls = len(plan_timer.log)
+        timed = len(plan_timer.calls)
         if profile is not None:
             profile.enable()
         start = time.perf_counter()
@@ -848,6 +853,17 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
         # or the one in progress finished in this round).
         planned = "plan" in plan_timer.log[calls:]
         rounds.setdefault("plans" if planned else "carries on", []).append(seconds)
+        if seconds > slowest.get("seconds", 0.0):
+            made = plan_timer.calls[timed:]
+            rechecks = [t for kind, t in made if kind == "recheck"]
+            slowest = {
+                "round": count,
+                "seconds": seconds,
+                "rechecks": len(rechecks),
+                "recheck_seconds": sum(rechecks),
+                "plan_seconds": sum(t for kind, t in made if kind != "recheck"),
+                "in_progress": active.count(),
+            }
         new = Disruption.objects.filter(pk__gt=last)
         if planned and not new.exists() and not active.exists():
             converged = True
@@ -901,6 +917,7 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
         "stalled": stalled,
         "rounds": count,
         "round_seconds": rounds,
+        "slowest_round": slowest,
         "simulated_seconds": (now - started).total_seconds(),
         "commands": dict(commands),
         "nodes_per_command": nodes_per_command,
@@ -1063,6 +1080,17 @@ def report(r: dict) -> list[str]:
         )
     )
     rows.append(("other rounds (carrying a command on)", _times(r["round_seconds"].get("carries on")), ""))
+    if slow := r.get("slowest_round"):
+        rest = slow["seconds"] - slow["recheck_seconds"] - slow["plan_seconds"]
+        rows.append(
+            (
+                f"the slowest round (#{slow['round']})",
+                f"{slow['seconds']:.2f} s",
+                f"{slow['rechecks']} re-checks {slow['recheck_seconds']:.2f} s, planning "
+                f"{slow['plan_seconds']:.2f} s, the rest (drains, steps) {rest:.2f} s; "
+                f"{slow['in_progress']} commands in progress after it",
+            )
+        )
     converged = (
         "converged"
         if r["converged"]

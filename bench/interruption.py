@@ -165,6 +165,12 @@ class Platform:
         self.procs.append(proc)
         return proc
 
+    def stop_consumers(self) -> None:
+        for proc in self.consumers:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)
+
     def stop(self) -> None:
         from simaws import stop_simulated_aws
 
@@ -454,6 +460,7 @@ def bare_drain(platform: Platform, count: int) -> tuple[float, int]:
 
 def part_queue(platform: Platform) -> bool:
     args = platform.args
+    platform.stop_consumers()  # the first part's, which holds the lead
     seconds, deleted = bare_drain(platform, args.messages)
     print(
         f"reference, same run: {deleted:,} messages received and deleted with no handling in {seconds:.1f} s: "

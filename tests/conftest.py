@@ -43,8 +43,17 @@ def clean_redis(redis_url, settings):
     client = connections.get_redis()
     for key in client.scan_iter("karpweb:*"):
         client.delete(key)
+    clear_broker(client)
     yield client
     connections.reset()
+
+
+def clear_broker(client) -> None:
+    """Celery's queues in the test Redis: a worker a test starts must not run the tasks an
+    earlier test sent and nobody consumed (a batch window, a launch)."""
+    for pattern in ("celery*", "unacked*", "_kombu.*"):
+        for key in client.scan_iter(pattern):
+            client.delete(key)
 
 
 @pytest.fixture

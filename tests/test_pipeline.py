@@ -15,6 +15,7 @@ from pathlib import Path
 import boto3
 import pytest
 from builders import CONSOLIDATE_AT_ONCE, deployment, nodepool, requirement
+from conftest import clear_broker
 from django.db import connection
 
 from provisioning.cluster import simulated
@@ -86,6 +87,7 @@ def pipeline(simulated_aws, redis_url, settings, tmp_path, monkeypatch, seed_ec2
     redis = connections.get_redis()
     for key in redis.scan_iter("karpweb:*"):
         redis.delete(key)
+    clear_broker(redis)
     simulated_aws.set_insufficient_capacity([])
     apply_manifest(seed_ec2nodeclass, source="cli")
     apply_manifest(_nodepool(), source="cli")

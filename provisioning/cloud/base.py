@@ -8,9 +8,9 @@ snapshot and a simulated spot market, production from the Pricing API and spot h
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from collections.abc import Iterable
 from typing import Any, Protocol
 
 # ------------------------------------------------------------------ EC2NodeClass resolution

@@ -74,7 +74,7 @@ class Command(BaseCommand):
                     self.stderr.write(f"interruption queue: {exc}")
                     time.sleep(2)
 
-        election = self.election(kubeconfig)
+        election = self.election(kubeconfig, name)
         self.stdout.write(f"waiting to lead through {election.describe()}")
         try:
             lost = election.run(lead, stop)
@@ -83,7 +83,7 @@ class Command(BaseCommand):
         if lost:
             raise CommandError("lost the lead: another replica may consume now")
 
-    def election(self, kubeconfig: str | None):
+    def election(self, kubeconfig: str | None, name: str):
         if settings.KARPWEB_CLUSTER == "kubernetes":
             from provisioning.cluster.kubernetes import KubernetesCluster
             from provisioning.cluster.leaderelection import LeaderElection, own_identity, own_namespace
@@ -93,7 +93,7 @@ class Command(BaseCommand):
             )
             election.describe = lambda: f"Lease {election.namespace}/{election.name} as {election.identity}"
             return election
-        return RedisLease(f"karpweb:lease:{LEASE_NAME}")
+        return RedisLease(f"karpweb:lease:{LEASE_NAME}:{name}")
 
 
 class RedisLease:
