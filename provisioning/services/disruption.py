@@ -635,7 +635,7 @@ def _drain_step(disruption: Disruption, node: ClusterNode, claim, started, now, 
         until = datetime.fromtimestamp(deadline or now.timestamp(), UTC).isoformat()
         notes.append(events.disrupted(rows[pod.key], seconds, int(pod.grace_seconds), until))
     refused = []
-    limits = _limits(step.evict) if step.evict else None
+    limits = None  # read only to say why an eviction was refused: listing the budgets costs
     for pod in step.evict:
         try:
             answer = cluster.evict(pod.namespace, pod.name)
@@ -647,7 +647,9 @@ def _drain_step(disruption: Disruption, node: ClusterNode, claim, started, now, 
         if answer:
             continue
         refused.append(pod.key)
-        many = limits is not None and len(limits.matching(pod.pod)) > 1
+        if limits is None:
+            limits = _limits(step.evict)
+        many = len(limits.matching(pod.pod)) > 1
         why = "eviction does not support multiple PDBs" if many else "evicting pod violates a PDB"
         notes.append(events.failed_draining(node, f"{why} (Pod={pod.key})"))
     events.record(notes, cluster)
