@@ -131,8 +131,9 @@ def _instances(sim) -> dict[str, str]:
 
 
 def _describe(sim) -> list[dict]:
-    ec2 = boto3.client("ec2", **sim.client_kwargs())
-    return [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]]
+    # Every page: the session's simulated AWS holds the instances of every test before this one.
+    pages = boto3.client("ec2", **sim.client_kwargs()).get_paginator("describe_instances").paginate()
+    return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
 
 
 def _fleets(sim) -> list[dict[str, str]]:
