@@ -374,12 +374,15 @@ def mixed_messages(count: int, seed: int = 7) -> list[str]:
     return out
 
 
-def fill(sqs, url: str, bodies: list[str]) -> float:
+def fill(sqs, url: str, bodies: list[str]) -> tuple[float, set[str]]:
+    """Put ``bodies`` in the queue; the seconds it took and the messages' ids."""
     started = time.time()
+    ids: set[str] = set()
     for start in range(0, len(bodies), 10):
         entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
-        sqs.send_message_batch(QueueUrl=url, Entries=entries)
-    return time.time() - started
+        answer = sqs.send_message_batch(QueueUrl=url, Entries=entries)
+        ids |= {m["MessageId"] for m in answer.get("Successful", [])}
+    return time.time() - started, ids
 
 
 def left(sqs, url: str) -> int:
@@ -393,7 +396,7 @@ def drain(platform: Platform, name: str, count: int, *, kill_after: int | None =
 
     sqs = platform.client("sqs")
     url = sqs.create_queue(QueueName=name, Attributes={"MessageRetentionPeriod": "3600"})["QueueUrl"]
-    filled = fill(sqs, url, mixed_messages(count, seed=hash(name) & 0xFFFF))
+    filled, sent = fill(sqs, url, mixed_messages(count, seed=hash(name) & 0xFFFF))
     started = time.time()
     consumer = platform.start_consumer(name)
     killed_at = None
@@ -415,7 +418,10 @@ def drain(platform: Platform, name: str, count: int, *, kill_after: int | None =
     for proc in platform.consumers:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-    rows = Interruption.objects.filter(source="queue", received_at__gte=_aware(started))
+    for proc in platform.consumers:
+        if proc.poll() is None:
+            proc.wait(timeout=60)
+    rows = Interruption.objects.filter(source="queue", message_id__in=sent)
     messages = rows.values("message_id").distinct().count()
     deleted = rows.filter(deleted=True).values("message_id").distinct().count()
     redelivered = rows.filter(deliveries__gt=1).values("message_id").distinct().count()
@@ -429,12 +435,6 @@ def drain(platform: Platform, name: str, count: int, *, kill_after: int | None =
         "redelivered": redelivered,
         "killed_at": killed_at,
     }
-
-
-def _aware(epoch: float):
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(epoch - 1, UTC)
 
 
 def bare_drain(platform: Platform, count: int) -> tuple[float, int]:

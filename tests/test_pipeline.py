@@ -15,7 +15,6 @@ from pathlib import Path
 import boto3
 import pytest
 from builders import CONSOLIDATE_AT_ONCE, deployment, nodepool, requirement
-from conftest import clear_broker
 from django.db import connection
 
 from provisioning.cluster import simulated
@@ -81,13 +80,8 @@ def wait_for(condition: Callable[[], bool], timeout: float, worker: Worker, what
 
 
 @pytest.fixture
-def pipeline(simulated_aws, redis_url, settings, tmp_path, monkeypatch, seed_ec2nodeclass):
-    settings.REDIS_URL = redis_url
-    connections.reset()
-    redis = connections.get_redis()
-    for key in redis.scan_iter("karpweb:*"):
-        redis.delete(key)
-    clear_broker(redis)
+def pipeline(simulated_aws, redis_url, clean_redis, tmp_path, monkeypatch, seed_ec2nodeclass):
+    # clean_redis: karpweb's keys and Celery's queues cleared, REDIS_URL set.
     simulated_aws.set_insufficient_capacity([])
     apply_manifest(seed_ec2nodeclass, source="cli")
     apply_manifest(_nodepool(), source="cli")
