@@ -114,6 +114,19 @@ class ExhaustedOfferings:
             return granted
 
 
+def read_body(environ: dict[str, Any]) -> bytes:
+    """The request body: Content-Length bytes, or all of a chunked one (never a read that
+    waits for a kept-alive connection to close)."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    stream = environ["wsgi.input"]
+    if length > 0:
+        return stream.read(length)
+    return stream.read() if environ.get("wsgi.input_terminated") else b""
+
+
 def insufficient_capacity_message(capacity_type: str, instance_type: str, zone: str | None, zones: list[str]) -> str:
     if capacity_type == "spot":
         return "There is no Spot capacity available that matches your request."
@@ -198,7 +211,7 @@ class CapacityMiddleware:
         params = parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True)
         content_type = environ.get("CONTENT_TYPE", "")
         if environ.get("REQUEST_METHOD") == "POST" and content_type.startswith("application/x-www-form-urlencoded"):
-            body = self._read_body(environ)
+            body = read_body(environ)
             environ["wsgi.input"] = io.BytesIO(body)
             environ["CONTENT_LENGTH"] = str(len(body))
             params += parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
@@ -210,19 +223,6 @@ class CapacityMiddleware:
         if scope:
             environ["karpweb.region"] = scope.group(1)
         return params
-
-    @staticmethod
-    def _read_body(environ: dict[str, Any]) -> bytes:
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0
-        # Without a length (chunked), the server marks the end; a length of 0 is an empty body
-        # (reading on would wait for the client's next request on a kept-alive connection).
-        stream = environ["wsgi.input"]
-        if length > 0:
-            return stream.read(length)
-        return b"" if environ.get("CONTENT_LENGTH") not in (None, "") else stream.read()
 
     @staticmethod
     def _respond(start_response: Callable, response: tuple[str, list, bytes]) -> list[bytes]:
@@ -261,7 +261,7 @@ class CapacityMiddleware:
         method = environ.get("REQUEST_METHOD")
         if method == "POST":
             try:
-                payload = json.loads(self._read_body(environ) or b"{}")
+                payload = json.loads(read_body(environ) or b"{}")
                 keys = payload["offerings"] if isinstance(payload, dict) else None
                 if not isinstance(keys, list):
                     raise ValueError('expected {"offerings": ["capacity-type:instance-type:zone", ...]}')

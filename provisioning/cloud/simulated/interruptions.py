@@ -54,7 +54,7 @@ from urllib.parse import parse_qsl
 from xml.sax.saxutils import escape
 
 from provisioning.cloud import messages
-from provisioning.cloud.simulated.capacity import EC2_XMLNS, ec2_error
+from provisioning.cloud.simulated.capacity import EC2_XMLNS, ec2_error, read_body
 from provisioning.cloud.simulated.seed import DEFAULT_REGION, account_id
 
 INTERRUPT_PATH = "/_karpweb/interrupt"
@@ -434,7 +434,7 @@ class InterruptionMiddleware:
         params = parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True)
         content_type = environ.get("CONTENT_TYPE", "")
         if environ.get("REQUEST_METHOD") == "POST" and content_type.startswith("application/x-www-form-urlencoded"):
-            body = _read_body(environ)
+            body = read_body(environ)
             environ["wsgi.input"] = io.BytesIO(body)
             environ["CONTENT_LENGTH"] = str(len(body))
             params += parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
@@ -623,21 +623,8 @@ def _token_instance(token: str) -> str:
 # ------------------------------------------------------------------ control requests
 
 
-def _read_body(environ: dict[str, Any]) -> bytes:
-    """The request body: Content-Length bytes, or all of a chunked one (never a read that
-    waits for a kept-alive connection to close)."""
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        length = 0
-    stream = environ["wsgi.input"]
-    if length > 0:
-        return stream.read(length)
-    return stream.read() if environ.get("wsgi.input_terminated") else b""
-
-
 def _json_object(environ: dict[str, Any], example: str) -> dict[str, Any]:
-    raw = _read_body(environ)
+    raw = read_body(environ)
     try:
         payload = json.loads(raw or b"")
     except ValueError:
