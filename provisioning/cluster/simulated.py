@@ -478,31 +478,39 @@ def _with_status(row: ClusterPDB, pods: Sequence[Pod]) -> Manifest:
 
 def _budget_pods(namespaces: set[str]) -> list[Pod]:
     """The pods of ``namespaces`` as budgets count them: a pod bound to a Ready node and
-    running is Ready; a pending one, or one on a node that is not Ready, is not."""
+    running is Ready; a pending one, or one on a node that is not Ready, is not. Only the
+    labels are read out of each manifest (by the database): a namespace may hold thousands of
+    pods, and the Eviction API asks this for every eviction a budget guards."""
     not_ready = set(ClusterNode.objects.filter(ready=False).values_list("name", flat=True))
-    rows = ClusterPod.objects.filter(namespace__in=namespaces).only(
-        "namespace", "name", "manifest", "node_name", "phase"
+    rows = ClusterPod.objects.filter(namespace__in=namespaces).values_list(
+        "namespace", "name", "node_name", "phase", "manifest__metadata__labels"
     )
-    return [_budget_pod(row, not_ready) for row in rows]
+    return [
+        _budget_pod(namespace, name, node_name, phase, labels, not_ready)
+        for namespace, name, node_name, phase, labels in rows
+    ]
 
 
-def _budget_pod(row: ClusterPod, not_ready: set[str]) -> Pod:
-    labels = (row.manifest.get("metadata") or {}).get("labels") or {}
-    running = bool(row.node_name) and row.phase == ClusterPod.Phase.RUNNING
+def _budget_pod(namespace: str, name: str, node_name: str, phase: str, labels: Any, not_ready: set[str]) -> Pod:
+    running = bool(node_name) and phase == ClusterPod.Phase.RUNNING
     return Pod(
-        namespace=row.namespace,
-        name=row.name,
-        labels=labels,
-        node_name=row.node_name or None,
-        phase=row.phase,
-        ready=running and row.node_name not in not_ready,
+        namespace=namespace,
+        name=name,
+        labels=labels if isinstance(labels, dict) else {},
+        node_name=node_name or None,
+        phase=phase,
+        ready=running and node_name not in not_ready,
     )
 
 
 def _eviction_refused(row: ClusterPod) -> bool:
     """Would the Eviction API refuse to evict this running pod now (its 429)? Logs why.
-    Called in a transaction: the budgets of its namespace are locked."""
+    Called in a transaction: the budgets of its namespace are locked. The other pods are read
+    only when a budget selects this one."""
     rows = list(ClusterPDB.objects.select_for_update().filter(namespace=row.namespace))
+    labels = (row.manifest.get("metadata") or {}).get("labels") or {}
+    evicted = Pod(namespace=row.namespace, name=row.name, labels=labels)
+    rows = [pdb for pdb in rows if budget_from_manifest(pdb.manifest).selects(evicted)]
     if not rows:
         return False
     pods = _budget_pods({row.namespace})
@@ -512,15 +520,11 @@ def _eviction_refused(row: ClusterPod) -> bool:
     budgets: list[tuple[Budget, Manifest]] = []
     for pdb in rows:
         status = budget_status(pdb.manifest, pods)
-        budget = budget_from_manifest({**pdb.manifest, "status": status})
-        if budget.selects(pod):
-            budgets.append((budget, status))
+        budgets.append((budget_from_manifest({**pdb.manifest, "status": status}), status))
     if len(budgets) > 1:
         names = ", ".join(b.key for b, _ in budgets)
         log.warning("eviction of pod %s refused: more than one PodDisruptionBudget selects it (%s)", row.key, names)
         return True
-    if not budgets:
-        return False
     budget, status = budgets[0]
     if not pod.ready:
         if budget.always_evict_unhealthy:

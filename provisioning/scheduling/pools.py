@@ -9,7 +9,9 @@ boolean mask over these types that only ever shrinks, as upstream's instance-typ
 
 from __future__ import annotations
 
+import copy
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -297,6 +299,44 @@ class PoolModel:
 
 
 _EXOTIC_FAMILY = re.compile(r"^(p\d|g\d|gr\d|inf\d|trn\d|dl\d|f\d|vt\d|u-|u\d)")
+
+
+# The models of the NodePools solved lately. A disruption round simulates the same cluster
+# hundreds of times, each a solve over the same NodePool inputs; building a model (every type's
+# offerings sorted, allocatable and DaemonSet overhead computed) took most of a simulation.
+# A model is a pure function of its inputs and its caches only memoize, so it is shared.
+_RECENT_MODELS = 16
+_models: OrderedDict[tuple, tuple[object, object, PoolModel]] = OrderedDict()
+
+
+def pool_model(
+    pool: NodePoolInput, resources: Sequence[str], daemonsets: object, daemons: Sequence[Daemon]
+) -> PoolModel:
+    """The ``PoolModel`` of ``pool`` with ``resources`` and the DaemonSets ``daemons`` (read from
+    ``daemonsets``, the snapshot's own tuple), built once while the same objects are solved.
+
+    A simulation hands the solver a copy of the NodePool input whose limits count the removed
+    nodes as gone; the model does not depend on limits, so such a copy shares it (under its own
+    ``pool``, which the solver reads the limits from)."""
+    key = (pool.name, id(pool.instance_types), tuple(resources), id(daemonsets))
+    found = _models.get(key)
+    # Identity, not equality, for the large inputs: the key's ids are only trusted while the
+    # objects they name live, which the entry's own references guarantee.
+    if found is not None and found[0] is pool.instance_types and found[1] is daemonsets:
+        model = found[2]
+        if model.pool is pool:
+            _models.move_to_end(key)
+            return model
+        if model.requirements == pool.requirements and model.taints == tuple(pool.taints):
+            _models.move_to_end(key)
+            shared = copy.copy(model)
+            shared.pool = pool
+            return shared
+    model = PoolModel(pool, resources, daemons)
+    _models[key] = (pool.instance_types, daemonsets, model)
+    while len(_models) > _RECENT_MODELS:
+        _models.popitem(last=False)
+    return model
 
 
 def is_exotic(it: InstanceType) -> bool:

@@ -38,7 +38,7 @@ from provisioning.scheduling.claimtable import ClaimTable
 from provisioning.scheduling.integral import pack
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
 from provisioning.scheduling.pods import Pod
-from provisioning.scheduling.pools import Daemon, PoolModel
+from provisioning.scheduling.pools import Daemon, PoolModel, pool_model
 from provisioning.scheduling.preferences import Variant, variants
 from provisioning.scheduling.quantity import format_quantity
 from provisioning.scheduling.requirements import IN, Requirement, Requirements
@@ -96,7 +96,8 @@ class _Run:
         self.resources = BASE_RESOURCES + tuple(extended)
         daemons = [_daemon(d) for d in snapshot.daemonsets]
         self.pools = sorted(
-            (PoolModel(p, self.resources, daemons) for p in snapshot.nodepools), key=lambda m: (-m.pool.weight, m.name)
+            (pool_model(p, self.resources, snapshot.daemonsets, daemons) for p in snapshot.nodepools),
+            key=lambda m: (-m.pool.weight, m.name),
         )
         self.prefer_no_schedule = any(t.effect == "PreferNoSchedule" for m in self.pools for t in m.taints)
         self.best_effort = snapshot.min_values_policy == "BestEffort"
