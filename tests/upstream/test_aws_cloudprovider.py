@@ -23,7 +23,7 @@ Mappings:
 NodeClaim Drift runs on the disruption service's environment (``disruption_env.py``), since
 karpweb has no ``IsDrifted`` to call: each disruption round reads every node's drift
 (``disruption.drift``, from ``services.disruption``), the provider's part after the NodePool's:
-the EC2NodeClass's static hash, then the AMI, subnet and security groups the instance was
+the EC2NodeClass's static hash, then the AMI, security groups and subnet the instance was
 launched with against those the EC2NodeClass's status resolves. So:
 
 * ``cloudProvider.IsDrifted(ctx, nodeClaim)`` is the node's drift reason in the round's picture
