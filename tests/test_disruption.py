@@ -515,6 +515,16 @@ def test_expiration_is_forceful_even_with_a_zero_budget_and_do_not_disrupt():
     assert "young" in result.not_candidates
 
 
+def test_a_node_expires_by_its_claims_own_expire_after_when_its_nodepool_is_gone():
+    nodes = [
+        node("orphan", "m5.large", pods("web", 1), pool_name="gone", created_at=NOW - 2 * HOUR,
+             expire_after_seconds=HOUR),
+        node("stray", "m5.large", pool_name="gone", created_at=NOW - 400 * DAY),  # recorded none: the pool's
+    ]
+    command = only(run(nodes))
+    assert (command.reason, command.candidates, command.forceful) == (EXPIRED, ("orphan",), True)
+
+
 def test_expire_after_never_keeps_nodes_forever():
     forever = PoolPolicy("general", expire_after_seconds=None, budgets=EVERYTHING)
     result = run([node("ancient", "m5.xlarge", pods("web", 1, "3", "1Gi"), created_at=NOW - 400 * DAY)], forever)

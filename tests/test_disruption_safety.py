@@ -342,3 +342,31 @@ def test_resolved_drift_compares_subnets_and_security_groups_as_sets():
     assert drift.resolved_drift({"subnetId": "s-2"}, status) == drift.SUBNET_DRIFTED
     assert drift.resolved_drift({"securityGroupIds": ["g-1"]}, status) == drift.SECURITY_GROUP_DRIFTED
     assert drift.resolved_drift({}, status) is None  # nothing known of the launch: nothing compared
+
+
+def test_drift_reasons_come_in_upstreams_order():
+    """The NodePool's hash, its requirements, then the provider's: the EC2NodeClass's hash, the
+    AMI, the security groups, the subnet (upstream's core, then its AWS IsDrifted)."""
+    from provisioning.disruption import drift
+
+    template = {"spec": {"requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}}
+    spec = {"role": "r", "userData": "a"}
+    recorded = drift.hashes(template, spec)
+    status = {"amis": [{"id": "ami-1"}], "subnets": [{"id": "s-1"}], "securityGroups": [{"id": "g-1"}]}
+    wrong = {"imageId": "ami-2", "subnetId": "s-2", "securityGroupIds": ["g-2"]}
+    labels = {"karpenter.sh/capacity-type": "on-demand"}
+
+    def reason(**changes):
+        facts = dict(labels=labels, recorded=recorded, template=template, nodeclass_spec=spec, nodeclass_status=status,
+                     launched=wrong)
+        return drift.drift_reason(**{**facts, **changes})
+
+    stale = {**recorded, "nodepool": "stale", "nodeclass": "stale"}
+    assert reason(recorded=stale) == drift.NODEPOOL_DRIFTED
+    assert reason(recorded={**recorded, "nodeclass": "stale"}) == drift.REQUIREMENTS_DRIFTED
+    spot = {"karpenter.sh/capacity-type": "spot"}
+    assert reason(labels=spot, recorded={**recorded, "nodeclass": "stale"}) == drift.NODECLASS_DRIFTED
+    assert reason(labels=spot) == drift.AMI_DRIFTED
+    assert reason(labels=spot, launched={**wrong, "imageId": "ami-1"}) == drift.SECURITY_GROUP_DRIFTED
+    right_groups = {**wrong, "imageId": "ami-1", "securityGroupIds": ["g-1"]}
+    assert reason(labels=spot, launched=right_groups) == drift.SUBNET_DRIFTED

@@ -51,19 +51,26 @@ def interleave_pools(candidates: Sequence[Candidate]) -> list[Candidate]:
     return out
 
 
-def expire_after(candidate: Candidate, policy: PoolPolicy) -> float | None:
-    """The claim's own expireAfter when it recorded one, else its NodePool's."""
+def expire_after(candidate: Candidate, policy: PoolPolicy | None) -> float | None:
+    """The claim's own expireAfter when it recorded one, else its NodePool's (None: never,
+    or neither says: a claim that recorded none and whose NodePool is gone)."""
     own = candidate.expire_after_seconds
-    return policy.expire_after_seconds if isinstance(own, str) else own
+    if isinstance(own, str):
+        return policy.expire_after_seconds if policy is not None else None
+    return own
 
 
-def grace_period(candidate: Candidate, policy: PoolPolicy) -> float | None:
+def grace_period(candidate: Candidate, policy: PoolPolicy | None) -> float | None:
     """The claim's own terminationGracePeriod when it recorded one, else its NodePool's."""
     own = candidate.termination_grace_period_seconds
-    return policy.termination_grace_period_seconds if isinstance(own, str) else own
+    if isinstance(own, str):
+        return policy.termination_grace_period_seconds if policy is not None else None
+    return own
 
 
-def expired(candidate: Candidate, policy: PoolPolicy, now: float) -> bool:
+def expired(candidate: Candidate, policy: PoolPolicy | None, now: float) -> bool:
+    """Past the claim's expireAfter since it was created. The claim's own expireAfter is
+    enough: as upstream's expiration controller, this needs no NodePool."""
     after = expire_after(candidate, policy)
     return after is not None and now >= candidate.created_at + after
 

@@ -3,16 +3,17 @@
 As upstream (``pkg/controllers/nodeclaim/disruption/drift.go`` and the AWS provider's
 ``pkg/cloudprovider/drift.go``), in this order:
 
-1. Static drift: a hash of the NodePool's ``spec.template`` without its requirements (and of
-   the EC2NodeClass's spec without its selector terms and the other fields upstream marks
-   ``hash:"ignore"``), lists hashed as sets and empty values as absent, so reordering a list
-   or writing a default out changes nothing. A claim stamped with another hash version is not
-   compared: the hash changed, not the policy.
+1. Static drift: a hash of the NodePool's ``spec.template`` without its requirements, lists
+   hashed as sets and empty values as absent, so reordering a list or writing a default out
+   changes nothing. A claim stamped with another hash version is not compared: the hash
+   changed, not the policy.
 2. Requirements drift: the node's labels no longer meet the NodePool's requirements (so
    broadening a requirement drifts nothing, narrowing it drifts only the nodes outside it).
 3. The node's instance type is no longer offered by the NodePool.
-4. Resolved drift: the node's AMI, subnet or security groups are no longer among those the
-   EC2NodeClass's selector terms resolve to.
+4. The provider's drift: the EC2NodeClass's static hash (its spec without its selector terms
+   and the other fields upstream marks ``hash:"ignore"``, hashed as the NodePool's), then the
+   node's AMI, security groups and subnet, no longer those the EC2NodeClass's selector terms
+   resolve to.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ OFFERING_CHECK_AGE_SECONDS = 3600.0  # upstream checks InstanceTypeNotFound from
 NODEPOOL_DRIFTED = "NodePoolDrifted"
 REQUIREMENTS_DRIFTED = "RequirementsDrifted"
 INSTANCE_TYPE_NOT_FOUND = "InstanceTypeNotFound"
-NODECLASS_DRIFTED = "NodeClassDrifted"
+NODECLASS_DRIFTED = "NodeClassDrift"  # the AWS provider's name for it
 AMI_DRIFTED = "AMIDrift"
 SUBNET_DRIFTED = "SubnetDrift"
 SECURITY_GROUP_DRIFTED = "SecurityGroupDrift"
@@ -88,16 +89,18 @@ def hashes(template: Mapping[str, Any] | None, nodeclass_spec: Mapping[str, Any]
     return {"version": HASH_VERSION, "nodepool": nodepool_hash(template), "nodeclass": nodeclass_hash(nodeclass_spec)}
 
 
-def static_drift(
-    recorded: Mapping[str, str], template: Mapping[str, Any] | None, nodeclass_spec: Mapping[str, Any] | None
-) -> str | None:
+def nodepool_static_drift(recorded: Mapping[str, str], template: Mapping[str, Any] | None) -> str | None:
     if recorded.get("version") != HASH_VERSION:
         return None
     if recorded.get("nodepool") and recorded["nodepool"] != nodepool_hash(template):
         return NODEPOOL_DRIFTED
-    if nodeclass_spec is not None and recorded.get("nodeclass") and recorded["nodeclass"] != nodeclass_hash(
-        nodeclass_spec
-    ):
+    return None
+
+
+def nodeclass_static_drift(recorded: Mapping[str, str], nodeclass_spec: Mapping[str, Any] | None) -> str | None:
+    if recorded.get("version") != HASH_VERSION or nodeclass_spec is None:
+        return None
+    if recorded.get("nodeclass") and recorded["nodeclass"] != nodeclass_hash(nodeclass_spec):
         return NODECLASS_DRIFTED
     return None
 
@@ -123,15 +126,27 @@ def resolved_drift(launched: Mapping[str, Any], status: Mapping[str, Any] | None
     amis = {a.get("id") for a in status.get("amis") or []}
     if image and amis and image not in amis:
         return AMI_DRIFTED
-    subnet = launched.get("subnetId")
-    subnets = {s.get("id") for s in status.get("subnets") or []}
-    if subnet and subnets and subnet not in subnets:
-        return SUBNET_DRIFTED
+    # Security groups before the subnet, as upstream reports them.
     groups = launched.get("securityGroupIds")
     resolved = {g.get("id") for g in status.get("securityGroups") or []}
     if groups and resolved and set(groups) != resolved:
         return SECURITY_GROUP_DRIFTED
+    subnet = launched.get("subnetId")
+    subnets = {s.get("id") for s in status.get("subnets") or []}
+    if subnet and subnets and subnet not in subnets:
+        return SUBNET_DRIFTED
     return None
+
+
+def provider_drift(
+    recorded: Mapping[str, str],
+    nodeclass_spec: Mapping[str, Any] | None,
+    launched: Mapping[str, Any],
+    status: Mapping[str, Any] | None,
+) -> str | None:
+    """The AWS provider's drift (upstream's ``IsDrifted``): the EC2NodeClass's static hash, then
+    what the instance was launched with against what the EC2NodeClass resolves now."""
+    return nodeclass_static_drift(recorded, nodeclass_spec) or resolved_drift(launched, status)
 
 
 def drift_reason(
@@ -152,7 +167,7 @@ def drift_reason(
     about it). As upstream, what is offered is asked only of a node over an hour old
     (``age_seconds``; None: always), a cloud provider's list being slower to settle than a
     user's NodePool."""
-    reason = static_drift(recorded, template, nodeclass_spec)
+    reason = nodepool_static_drift(recorded, template)
     if reason:
         return reason
     reason = requirements_drift(labels, ((template or {}).get("spec") or {}).get("requirements"))
@@ -160,14 +175,14 @@ def drift_reason(
         return reason
     instance_type = labels.get("node.kubernetes.io/instance-type")
     if age_seconds is not None and age_seconds <= OFFERING_CHECK_AGE_SECONDS:
-        return resolved_drift(launched or {}, nodeclass_status)
+        return provider_drift(recorded, nodeclass_spec, launched or {}, nodeclass_status)
     if offered_types is not None and (not instance_type or instance_type not in offered_types):
         return INSTANCE_TYPE_NOT_FOUND
     zone, capacity_type = labels.get("topology.kubernetes.io/zone"), labels.get("karpenter.sh/capacity-type")
     facts = (instance_type, zone, capacity_type)
     if offered is not None and all(facts) and not offered(*facts):  # type: ignore[arg-type]
         return INSTANCE_TYPE_NOT_FOUND
-    return resolved_drift(launched or {}, nodeclass_status)
+    return provider_drift(recorded, nodeclass_spec, launched or {}, nodeclass_status)
 
 
 def offerings_of(types: Mapping[str, Any]) -> Callable[[str, str, str], bool]:

@@ -2,8 +2,9 @@
 
 ``plan`` runs upstream's methods over a picture of the cluster taken by the caller:
 
-1. Expiration, always: a node past its NodePool's ``expireAfter`` is deleted at once
-   (forceful: no budget, no do-not-disrupt, no replacement first; its pods are provisioned anew).
+1. Expiration, always: a node past its ``expireAfter`` (its NodeClaim's own, else its
+   NodePool's) is deleted at once (forceful: no budget, no do-not-disrupt, no replacement
+   first; its pods are provisioned anew).
 2. Then the first of these that finds something wins the round, as in upstream's loop:
    emptiness (every empty node, one delete command), drift (the empty drifted nodes, else one
    drifted node replaced), multi-node consolidation (the largest prefix of the sorted candidates
@@ -239,9 +240,11 @@ class _Round:
     def _expire(self) -> list[Command]:
         commands = []
         for c in self.candidates:
+            # The claim's own expireAfter needs no NodePool (upstream's expiration controller
+            # reads the NodeClaim alone), so a node whose NodePool is gone still expires.
             policy = self.policies.get(c.nodepool)
             # A node already disrupting is on its way out: a second command would only race the first.
-            if policy is None or c.disrupting or not expired(c, policy, self.now):
+            if c.disrupting or not expired(c, policy, self.now):
                 continue
             text = (
                 f"node {c.name} expired: created {duration(self.now - c.created_at)} ago, with expireAfter "
