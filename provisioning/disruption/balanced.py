@@ -7,6 +7,7 @@ k = 2. Savings are split between pools by each pool's share of the removed nodes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -33,7 +34,7 @@ def scores(
     policies: Mapping[str, PoolPolicy],
 ) -> dict[str, PoolScore]:
     """Upstream's ``ScoreMove`` for each Balanced NodePool the move touches."""
-    source = sum(c.price_per_hour for c in move)
+    source = sum(price(c) for c in move)
     out = {}
     for name in sorted({c.nodepool for c in move}):
         policy = policies.get(name)
@@ -41,15 +42,21 @@ def scores(
             continue
         mine = [c for c in move if c.nodepool == name]
         nodes = pool_nodes.get(name)
-        pool_cost = sum(c.price_per_hour for c in nodes or ())
+        pool_cost = sum(price(c) for c in nodes or ())
         pool_disruption = sum(disruption_cost(c) for c in nodes or ())
         if not nodes or pool_cost <= 0 or pool_disruption <= 0 or source <= 0:
             out[name] = PoolScore(0.0, 0.0, 0.0)  # nothing to weigh the move against
             continue
-        saved = max(0.0, savings) * sum(c.price_per_hour for c in mine) / source / pool_cost
+        saved = max(0.0, savings) * sum(price(c) for c in mine) / source / pool_cost
         disrupted = sum(disruption_cost(c) for c in mine) / pool_disruption
         out[name] = PoolScore(saved / disrupted, saved, disrupted)
     return out
+
+
+def price(candidate: Candidate) -> float:
+    """The candidate's price as the totals count it: one that is not a number (a catalog's NaN)
+    counts 0, as upstream resolves a NaN offering price, so it cannot poison a pool's total."""
+    return candidate.price_per_hour if math.isfinite(candidate.price_per_hour) else 0.0
 
 
 def balanced_refusal(
