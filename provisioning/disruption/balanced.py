@@ -9,22 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from provisioning.disruption.candidates import disruption_cost
-from provisioning.disruption.model import BALANCED, Candidate, PoolPolicy
+from provisioning.disruption.model import BALANCED, Candidate, PoolPolicy, PoolScore
 
 BALANCED_K = 2.0
 SCORE_EPSILON = 1e-9
-
-
-class PoolScore(NamedTuple):
-    """A Balanced pool's verdict on a move: the share of the pool's cost it saves, the share
-    of the pool's disruption it causes, and their ratio (0 when there is nothing to weigh)."""
-
-    score: float
-    saved: float
-    disrupted: float
 
 
 def scores(
@@ -66,7 +56,12 @@ def balanced_refusal(
     policies: Mapping[str, PoolPolicy],
 ) -> str | None:
     """Why a Balanced pool refuses the move, or None when every Balanced pool accepts it."""
-    for name, verdict in scores(move, savings, pool_nodes, policies).items():
+    return refusal(scores(move, savings, pool_nodes, policies))
+
+
+def refusal(verdicts: Mapping[str, PoolScore]) -> str | None:
+    """Why a pool of ``verdicts`` (``scores``) refuses the move, or None when all approve."""
+    for name, verdict in verdicts.items():
         # A tolerance for the sums' float noise: a move scoring exactly 1/k passes, as upstream's.
         if verdict.score >= 1 / BALANCED_K - SCORE_EPSILON:
             continue

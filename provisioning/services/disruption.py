@@ -144,7 +144,19 @@ def plan(now=None, recheck: Disruption | None = None, after: str | None = None):
             why_blocked[c.name] = c.unconsolidatable or c.blocked_by or ""
     nodes = ClusterNode.objects.filter(name__in=why_blocked)
     events.record([e for node in nodes for e in events.blocked(node, why_blocked[node.name])], get_cluster())
+    events.record([e for command in result.commands for e in _approved(command)], get_cluster())
     return result
+
+
+def _approved(command: Command) -> list:
+    """ConsolidationApproved, for a consolidation Balanced NodePools approved: on the node when
+    it goes alone, else on each NodePool (upstream's single- and multi-node events)."""
+    if not command.scores:
+        return []
+    if len(command.candidates) > 1:
+        return [events.consolidation_approved_pool(pool, score) for pool, score in command.scores]
+    node = ClusterNode.objects.filter(name=command.candidates[0]).first()
+    return [e for _, score in command.scores for e in events.consolidation_approved(node, score)] if node else []
 
 
 def what_if(now=None) -> dict:
