@@ -73,8 +73,9 @@ def run(now=None) -> Disruption | None:
     now = now or timezone.now()
     current = list(Disruption.objects.filter(state__in=ACTIVE).order_by("planned_at"))
     rechecked = [d for d in current if d.state == Disruption.State.PLANNED]
+    waiting = sum(len(d.nodes) for d in current if d.state == Disruption.State.REPLACING)
     for disruption in current:
-        advance(disruption, now)
+        advance(disruption, now, waiting_nodes=waiting)
     _release_strays()
     # A command the re-check dropped: the methods after its own are tried now, as upstream's
     # loop goes on to the next method (after single-node, the last, nothing is).
@@ -486,8 +487,10 @@ def force(node_name: str, reason: str, now=None, *, forceful: bool = False, expl
 # ------------------------------------------------------------------ the steps
 
 
-def advance(disruption: Disruption, now) -> bool:
-    """Carry the command one step on; False when its re-check cancelled it."""
+def advance(disruption: Disruption, now, *, waiting_nodes: int | None = None) -> bool:
+    """Carry the command one step on; False when it was cancelled (its re-check, a failed
+    replacement, the replacements' timeout). ``waiting_nodes``: the nodes of the commands
+    waiting on replacements, when the caller has counted them (else they are counted here)."""
     if disruption.state == Disruption.State.PLANNED:
         if now - disruption.planned_at < VALIDATION_DELAY:
             return True
@@ -504,7 +507,9 @@ def advance(disruption: Disruption, now) -> bool:
         if any(c.state in (NodeClaim.State.FAILED, NodeClaim.State.TERMINATED) for c in replacements):
             return _give_up(disruption, now, "a replacement failed to launch: the nodes are schedulable again")
         waiting = [c for c in replacements if c.state != NodeClaim.State.INITIALIZED]
-        timeout = command_timeout(_waiting_nodes()) if waiting else None
+        if waiting and waiting_nodes is None:
+            waiting_nodes = _waiting_nodes()
+        timeout = command_timeout(waiting_nodes or 0) if waiting else None
         if timeout is not None and now - (disruption.started_at or disruption.planned_at) > timeout:
             minutes = round(timeout.total_seconds() / 60)
             why = f"its replacements were not initialized within {minutes} min: the nodes are schedulable again"
