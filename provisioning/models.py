@@ -406,6 +406,10 @@ class Disruption(MovesByState, models.Model):
     # When its nodes began to drain: the terminationGracePeriod counts from here, as upstream
     # counts it from the NodeClaim's deletion (after the re-check and the replacements).
     drain_started_at = models.DateTimeField(null=True, blank=True)
+    # When its nodes were tainted and its replacements created (upstream's command
+    # CreationTimestamp, set as the orchestration queue takes it): the wait for the
+    # replacements times out from here.
+    started_at = models.DateTimeField(null=True, blank=True)
     # Forceful termination (a broken instance, node repair): from this moment nothing waits
     # for a PodDisruptionBudget or do-not-disrupt, as upstream's termination-timestamp
     # annotation says; otherwise the terminationGracePeriod sets that moment.

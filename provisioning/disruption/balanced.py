@@ -7,23 +7,14 @@ k = 2. Savings are split between pools by each pool's share of the removed nodes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from provisioning.disruption.candidates import disruption_cost
-from provisioning.disruption.model import BALANCED, Candidate, PoolPolicy
+from provisioning.disruption.model import BALANCED, Candidate, PoolPolicy, PoolScore
 
 BALANCED_K = 2.0
 SCORE_EPSILON = 1e-9
-
-
-class PoolScore(NamedTuple):
-    """A Balanced pool's verdict on a move: the share of the pool's cost it saves, the share
-    of the pool's disruption it causes, and their ratio (0 when there is nothing to weigh)."""
-
-    score: float
-    saved: float
-    disrupted: float
 
 
 def scores(
@@ -33,7 +24,7 @@ def scores(
     policies: Mapping[str, PoolPolicy],
 ) -> dict[str, PoolScore]:
     """Upstream's ``ScoreMove`` for each Balanced NodePool the move touches."""
-    source = sum(c.price_per_hour for c in move)
+    source = sum(price(c) for c in move)
     out = {}
     for name in sorted({c.nodepool for c in move}):
         policy = policies.get(name)
@@ -41,15 +32,21 @@ def scores(
             continue
         mine = [c for c in move if c.nodepool == name]
         nodes = pool_nodes.get(name)
-        pool_cost = sum(c.price_per_hour for c in nodes or ())
+        pool_cost = sum(price(c) for c in nodes or ())
         pool_disruption = sum(disruption_cost(c) for c in nodes or ())
         if not nodes or pool_cost <= 0 or pool_disruption <= 0 or source <= 0:
             out[name] = PoolScore(0.0, 0.0, 0.0)  # nothing to weigh the move against
             continue
-        saved = max(0.0, savings) * sum(c.price_per_hour for c in mine) / source / pool_cost
+        saved = max(0.0, savings) * sum(price(c) for c in mine) / source / pool_cost
         disrupted = sum(disruption_cost(c) for c in mine) / pool_disruption
         out[name] = PoolScore(saved / disrupted, saved, disrupted)
     return out
+
+
+def price(candidate: Candidate) -> float:
+    """The candidate's price as the totals count it: one that is not a number (a catalog's NaN)
+    counts 0, as upstream resolves a NaN offering price, so it cannot poison a pool's total."""
+    return candidate.price_per_hour if math.isfinite(candidate.price_per_hour) else 0.0
 
 
 def balanced_refusal(
@@ -59,7 +56,12 @@ def balanced_refusal(
     policies: Mapping[str, PoolPolicy],
 ) -> str | None:
     """Why a Balanced pool refuses the move, or None when every Balanced pool accepts it."""
-    for name, verdict in scores(move, savings, pool_nodes, policies).items():
+    return refusal(scores(move, savings, pool_nodes, policies))
+
+
+def refusal(verdicts: Mapping[str, PoolScore]) -> str | None:
+    """Why a pool of ``verdicts`` (``scores``) refuses the move, or None when all approve."""
+    for name, verdict in verdicts.items():
         # A tolerance for the sums' float noise: a move scoring exactly 1/k passes, as upstream's.
         if verdict.score >= 1 / BALANCED_K - SCORE_EPSILON:
             continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from provisioning.crd.ec2nodeclass import go_duration_nanos
 from provisioning.crd.nodepool import LEGACY_POLICIES
@@ -175,6 +175,15 @@ class Candidate:
         return not self.pods
 
 
+class PoolScore(NamedTuple):
+    """A Balanced pool's verdict on a move: the share of the pool's cost it saves, the share
+    of the pool's disruption it causes, and their ratio (0 when there is nothing to weigh)."""
+
+    score: float
+    saved: float
+    disrupted: float
+
+
 @dataclass(frozen=True)
 class Command:
     """One disruption: delete ``candidates`` (node names) once ``replacements`` are ready.
@@ -182,6 +191,8 @@ class Command:
     ``savings_per_hour`` is what the cluster saves for sure: the candidates' prices minus the
     replacements' worst-case launch price (negative when a drift replacement costs more).
     ``forceful`` commands (expiration) delete at once, without waiting for a replacement.
+    ``scores``: for a consolidation, each Balanced NodePool it touches and the score with
+    which that pool approved it (``balanced.scores``), sorted by pool.
     """
 
     reason: str
@@ -190,6 +201,7 @@ class Command:
     savings_per_hour: float
     explanation: str
     forceful: bool = False
+    scores: tuple[tuple[str, PoolScore], ...] = ()
 
     def __post_init__(self) -> None:
         # Summed float prices carry noise (0.08800000000000002); a millionth of a dollar is plenty.

@@ -21,8 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from provisioning.disruption import budgets
-from provisioning.disruption.balanced import balanced_refusal
+from provisioning.disruption import balanced, budgets
 from provisioning.disruption.candidates import (
     consolidation_order,
     consolidation_wait,
@@ -286,6 +285,7 @@ class _Round:
     def _drift(self, open_: Sequence[Candidate]) -> list[Command]:
         budget = _Budget(self, DRIFTED)
         drifted = []
+
         # Empty ones first, then the earliest drift (upstream sorts by the Drifted condition's time).
         def order(c: Candidate) -> tuple:
             return (not c.empty, c.drifted_at if c.drifted_at is not None else c.created_at, c.created_at, c.name)
@@ -445,7 +445,8 @@ class _Round:
             if isinstance(priced, str):
                 return priced
             replacements, worst = (priced.claim,), priced.worst_price
-        refusal = balanced_refusal(move, source - worst, self.pool_nodes, self.policies)
+        verdicts = balanced.scores(move, source - worst, self.pool_nodes, self.policies)
+        refusal = balanced.refusal(verdicts)
         if refusal:
             return refusal
         if replacements:
@@ -459,4 +460,11 @@ class _Round:
             whose = "its" if len(move) == 1 else "their"
             outcome = f"deleted: {whose} pods fit on the other nodes"
         text = f"{nodes_phrase(move)} → {outcome}: saves {money(source - worst)}/h"
-        return Command(UNDERUTILIZED, tuple(c.name for c in move), replacements, source - worst, text)
+        return Command(
+            UNDERUTILIZED,
+            tuple(c.name for c in move),
+            replacements,
+            source - worst,
+            text,
+            scores=tuple(verdicts.items()),
+        )

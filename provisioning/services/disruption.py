@@ -4,7 +4,8 @@ carry each command through its steps.
     planned ──15 s, re-planned against fresh state──▶ tainted karpenter.sh/disrupted,
     replacing ──replacements Ready──▶ draining (evict in upstream's order through PDBs)
     ──empty──▶ terminated in EC2 ──▶ done;   or cancelled when the re-check no longer finds
-    it, or when a replacement fails (the taint is removed).
+    it, or when a replacement fails or is not initialized within ``command_timeout`` (the
+    taint is removed).
 
 A command is planned each round; several may be in progress at once within the budgets, as
 in upstream's orchestration queue; expiration is forceful (no replacement first, no budget).
@@ -39,6 +40,11 @@ from provisioning.services.disruptionview import Picture, read_picture
 log = logging.getLogger(__name__)
 
 VALIDATION_DELAY = timedelta(seconds=15)  # upstream re-checks a command 15 s after planning it
+# How long a started command waits for its replacements (upstream's GetMaxRetryDuration): 80 ms
+# per node of the commands waiting, at least 10 min, at most 1 h.
+MIN_COMMAND_TIMEOUT = timedelta(minutes=10)
+MAX_COMMAND_TIMEOUT = timedelta(hours=1)
+COMMAND_TIMEOUT_PER_NODE = timedelta(milliseconds=80)
 MIN_DRAIN = timedelta(seconds=5)  # upstream's minDrainTime: a node drained is terminated no sooner
 EXCLUDE_FROM_BALANCERS = "node.kubernetes.io/exclude-from-external-load-balancers"
 ACTIVE = (Disruption.State.PLANNED, Disruption.State.REPLACING, Disruption.State.DRAINING)
@@ -67,8 +73,9 @@ def run(now=None) -> Disruption | None:
     now = now or timezone.now()
     current = list(Disruption.objects.filter(state__in=ACTIVE).order_by("planned_at"))
     rechecked = [d for d in current if d.state == Disruption.State.PLANNED]
+    waiting = sum(len(d.nodes) for d in current if d.state == Disruption.State.REPLACING)
     for disruption in current:
-        advance(disruption, now)
+        advance(disruption, now, waiting_nodes=waiting)
     _release_strays()
     # A command the re-check dropped: the methods after its own are tried now, as upstream's
     # loop goes on to the next method (after single-node, the last, nothing is).
@@ -138,7 +145,19 @@ def plan(now=None, recheck: Disruption | None = None, after: str | None = None):
             why_blocked[c.name] = c.unconsolidatable or c.blocked_by or ""
     nodes = ClusterNode.objects.filter(name__in=why_blocked)
     events.record([e for node in nodes for e in events.blocked(node, why_blocked[node.name])], get_cluster())
+    events.record([e for command in result.commands for e in _approved(command)], get_cluster())
     return result
+
+
+def _approved(command: Command) -> list:
+    """ConsolidationApproved, for a consolidation Balanced NodePools approved: on the node when
+    it goes alone, else on each NodePool (upstream's single- and multi-node events)."""
+    if not command.scores:
+        return []
+    if len(command.candidates) > 1:
+        return [events.consolidation_approved_pool(pool, score) for pool, score in command.scores]
+    node = ClusterNode.objects.filter(name=command.candidates[0]).first()
+    return [e for _, score in command.scores for e in events.consolidation_approved(node, score)] if node else []
 
 
 def what_if(now=None) -> dict:
@@ -437,6 +456,7 @@ def force(node_name: str, reason: str, now=None, *, forceful: bool = False, expl
         nodeclaims=[c for c in claims if c],
         explanation=explanation,
         state=Disruption.State.DRAINING,
+        started_at=now,
         drain_started_at=now,
         terminate_by=now if forceful else None,
     )
@@ -467,8 +487,10 @@ def force(node_name: str, reason: str, now=None, *, forceful: bool = False, expl
 # ------------------------------------------------------------------ the steps
 
 
-def advance(disruption: Disruption, now) -> bool:
-    """Carry the command one step on; False when its re-check cancelled it."""
+def advance(disruption: Disruption, now, *, waiting_nodes: int | None = None) -> bool:
+    """Carry the command one step on; False when it was cancelled (its re-check, a failed
+    replacement, the replacements' timeout). ``waiting_nodes``: the nodes of the commands
+    waiting on replacements, when the caller has counted them (else they are counted here)."""
     if disruption.state == Disruption.State.PLANNED:
         if now - disruption.planned_at < VALIDATION_DELAY:
             return True
@@ -483,12 +505,15 @@ def advance(disruption: Disruption, now) -> bool:
     elif disruption.state == Disruption.State.REPLACING:
         replacements = list(disruption.replacements.all())
         if any(c.state in (NodeClaim.State.FAILED, NodeClaim.State.TERMINATED) for c in replacements):
-            why = "a replacement failed to launch: the nodes are schedulable again"
-            if disruption.move(Disruption.State.REPLACING, Disruption.State.CANCELLED, message=why, finished_at=now):
-                _release(disruption)
-                _log_step(disruption, "cancelled", why)
-            return False
+            return _give_up(disruption, now, "a replacement failed to launch: the nodes are schedulable again")
         waiting = [c for c in replacements if c.state != NodeClaim.State.INITIALIZED]
+        if waiting and waiting_nodes is None:
+            waiting_nodes = _waiting_nodes()
+        timeout = command_timeout(waiting_nodes or 0) if waiting else None
+        if timeout is not None and now - (disruption.started_at or disruption.planned_at) > timeout:
+            minutes = round(timeout.total_seconds() / 60)
+            why = f"its replacements were not initialized within {minutes} min: the nodes are schedulable again"
+            return _give_up(disruption, now, why)
         if waiting:
             events.record([events.waiting_readiness(c) for c in waiting], get_cluster())
         elif disruption.move(Disruption.State.REPLACING, Disruption.State.DRAINING, drain_started_at=now):
@@ -496,6 +521,31 @@ def advance(disruption: Disruption, now) -> bool:
     elif disruption.state == Disruption.State.DRAINING:
         _drain(disruption, now)
     return True
+
+
+def command_timeout(waiting_nodes: int) -> timedelta:
+    """How long a started command waits for its replacements to initialize before it gives up
+    and gives its nodes back (upstream's GetMaxRetryDuration): the more nodes wait on
+    replacements, the more the cloud is asked at once and the longer launches take, so 80 ms a
+    node, at least 10 min and at most 1 h."""
+    return min(max(COMMAND_TIMEOUT_PER_NODE * waiting_nodes, MIN_COMMAND_TIMEOUT), MAX_COMMAND_TIMEOUT)
+
+
+def _waiting_nodes() -> int:
+    """The nodes of the commands waiting for their replacements (upstream's queue length)."""
+    return sum(
+        len(nodes)
+        for nodes in Disruption.objects.filter(state=Disruption.State.REPLACING).values_list("nodes", flat=True)
+    )
+
+
+def _give_up(disruption: Disruption, now, why: str) -> bool:
+    """A started command that will not finish: cancelled, its nodes untainted (its replacements
+    stay, to be consolidated like any node). Always False, as ``advance`` answers then."""
+    if disruption.move(Disruption.State.REPLACING, Disruption.State.CANCELLED, message=why, finished_at=now):
+        _release(disruption)
+        _log_step(disruption, "cancelled", why)
+    return False
 
 
 def _still_valid(disruption: Disruption, command: Command) -> bool:
@@ -548,13 +598,13 @@ def _start(disruption: Disruption, command: Command, now) -> None:
         disruption.save(update_fields=["nodes", "nodeclaims", "savings_per_hour"])
     if command.replacements:
         with transaction.atomic():
-            if not disruption.move(Disruption.State.PLANNED, Disruption.State.REPLACING):
+            if not disruption.move(Disruption.State.PLANNED, Disruption.State.REPLACING, started_at=now):
                 return
             _mark(disruption, cluster)
             claims = create_claims(command.replacements, disruption=disruption)
         events.record([events.launching(claim, disruption.reason) for claim in claims], cluster)
         return
-    if disruption.move(Disruption.State.PLANNED, Disruption.State.DRAINING, drain_started_at=now):
+    if disruption.move(Disruption.State.PLANNED, Disruption.State.DRAINING, started_at=now, drain_started_at=now):
         _mark(disruption, cluster)
         _drain(disruption, now)
 

@@ -1,8 +1,9 @@
 """The Kubernetes Events karpweb records, named and worded as Karpenter's, so ``kubectl describe``
 tells the same story: on pods (Nominated, FailedScheduling), on nodes and NodeClaims chosen
 for disruption (DisruptionLaunching, DisruptionWaitingReadiness, DisruptionTerminating), on
-nodes that may not be disrupted now (DisruptionBlocked), and the drain's, as upstream's
-terminator words them (Evicted and Disrupted on pods, FailedDraining on nodes)."""
+nodes that may not be disrupted now (DisruptionBlocked), on what a Balanced NodePool approved
+consolidating (ConsolidationApproved), and the drain's, as upstream's terminator words them
+(Evicted and Disrupted on pods, FailedDraining on nodes)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from collections.abc import Iterable
 
 from provisioning.cluster import get_cluster
 from provisioning.cluster.base import Cluster, ObjectEvent, ObjectReference
+from provisioning.disruption.balanced import BALANCED_K
+from provisioning.disruption.model import PoolScore
 from provisioning.models import ClusterNode, ClusterPod, NodeClaim
 
 log = logging.getLogger(__name__)
@@ -70,6 +73,25 @@ def terminating(node: ClusterNode, reason: str) -> list[ObjectEvent]:
         message = f"Disrupting NodeClaim: {reason}"
         events.append(ObjectEvent(claim_ref(node.nodeclaim), NORMAL, "DisruptionTerminating", message))
     return events
+
+
+def consolidation_score(score: PoolScore) -> str:
+    """An approved Balanced score, as upstream words it."""
+    return (
+        f"score {score.score:.2f} >= threshold {1 / BALANCED_K:.2f} (k: {BALANCED_K:g}, "
+        f"savings {score.saved * 100:.1f}%, disruption {score.disrupted * 100:.1f}%)"
+    )
+
+
+def consolidation_approved(node: ClusterNode, score: PoolScore) -> list[ObjectEvent]:
+    """On a node its Balanced NodePool approved consolidating alone, and on its NodeClaim."""
+    return _on_claim_and_node(node.nodeclaim, node, NORMAL, "ConsolidationApproved", consolidation_score(score))
+
+
+def consolidation_approved_pool(nodepool: str, score: PoolScore) -> ObjectEvent:
+    """On a Balanced NodePool that approved consolidating several nodes at once."""
+    ref = ObjectReference("NodePool", nodepool, api_version="karpenter.sh/v1")
+    return ObjectEvent(ref, NORMAL, "ConsolidationApproved", consolidation_score(score))
 
 
 def blocked(node: ClusterNode, why: str) -> list[ObjectEvent]:

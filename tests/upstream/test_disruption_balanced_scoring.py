@@ -14,7 +14,11 @@ NodePool, which candidates consolidation accepts (``ShouldDisrupt``), the order 
 * ``Candidate.SavingsRatio`` and ``sortCandidates`` are ``candidates.disruption_cost`` and
   ``candidates.consolidation_order`` (most price per unit of disruption first);
 * the on-demand-only savings and ``ShouldDisrupt`` run through the real disruption round
-  (``disruption_env``): the planner prices the replacement and scores the move itself.
+  (``disruption_env``): the planner prices the replacement and scores the move itself;
+* ``EmitMultiNodeEvents`` is handed per-pool results by the test; karpweb records
+  ConsolidationApproved from the scores its round computed for the move it planned (on each
+  Balanced NodePool of a multi-node move), so those tests set up the round's move instead and
+  read the events it recorded (``env.cluster.events``).
 
 Upstream's hand-built candidates (``makeCandidate``: an m7i.xlarge at $4.84 with its pods)
 are ``model.Candidate`` rows of the same price and pods; a candidate with no instance type
@@ -33,11 +37,6 @@ from provisioning.disruption.model import BALANCED, UNDERUTILIZED, WHEN_EMPTY_OR
 SOURCE = "kubernetes-sigs/karpenter pkg/controllers/disruption/balanced_scoring_test.go"
 COMMIT = "2266468104f36373ed002241afaee2d3bbc26078"
 
-NO_APPROVAL_EVENTS = (
-    "karpweb records no ConsolidationApproved event (nor the karpenter_consolidation_score histogram and "
-    "karpenter_consolidation_moves_total counter EmitMultiNodeEvents feeds): a Balanced move's score is only "
-    "in the refusal sentence of a move it refuses"
-)
 NOT_PORTED: dict[str, str] = {
     "Balanced Scoring / EvaluateBalancedMove / should reject when command has zero candidates": (
         "an empty Command: karpweb's planner never scores an empty move (single-node consolidation scores one "
@@ -56,15 +55,6 @@ NOT_PORTED: dict[str, str] = {
     "Balanced Scoring / ScoreMove (SavingsRatio) / should compute correct scores / zero disruption cost": (
         "a move disruption of 0, which no karpweb move has: a node's disruption is 1 plus its pods' eviction "
         "costs (candidates.disruption_cost), so balanced_refusal has no zero-disruption input"
-    ),
-    "Balanced Scoring / EmitBalancedMultiNodeEvents / should emit approved event for approved pool results": (
-        NO_APPROVAL_EVENTS
-    ),
-    "Balanced Scoring / EmitBalancedMultiNodeEvents / should not emit events for rejected pool results": (
-        NO_APPROVAL_EVENTS
-    ),
-    "Balanced Scoring / EmitBalancedMultiNodeEvents / should skip pools missing from perPoolResults": (
-        NO_APPROVAL_EVENTS
     ),
 }
 
@@ -325,3 +315,64 @@ def test_should_sort_all_candidates_by_savings_ratio_when_any_uses_balanced():
     in_balanced = node("balanced", 10.0, 1, node_name="node-balanced")
     in_default = node("default", 1.0, 1, node_name="node-default")
     assert consolidation_order([in_default, in_balanced])[0] is in_balanced
+
+
+# ------------------------------------------------------------------ EmitBalancedMultiNodeEvents
+
+
+def approved_events(env: DisruptionEnv) -> list:
+    return [e for e in env.cluster.events if e.reason == "ConsolidationApproved"]
+
+
+def test_should_emit_approved_event_for_approved_pool_results(env):
+    """Balanced Scoring / EmitBalancedMultiNodeEvents / should emit approved event for approved pool results
+
+    Two m5.8xlarge of a Balanced pool with a pod each, consolidated together onto one cheaper
+    node (upstream's approved result for the pool): one ConsolidationApproved event, on the
+    NodePool."""
+    env.apply(node_pool("pool-emit-a", consolidation_policy=BALANCED))
+    nodes = [env.node(nodepool="pool-emit-a", instance_type="m5.8xlarge") for _ in range(2)]
+    for n in nodes:
+        env.pod(node=n)
+    (command,) = env.plan().commands
+    assert set(command.candidates) == set(nodes)
+    (event,) = approved_events(env)
+    assert (event.involved.kind, event.involved.name) == ("NodePool", "pool-emit-a")
+
+
+def test_should_not_emit_events_for_rejected_pool_results(env):
+    """Balanced Scoring / EmitBalancedMultiNodeEvents / should not emit events for rejected pool results
+
+    A Balanced pool whose two m5.xlarge carry ten pods each, beside an m5.8xlarge that may not
+    be disrupted (it counts in the pool's totals): moving both saves about 15% of the pool's
+    cost for over 90% of its disruption, and neither alone fares better. The pool refuses the
+    moves, and no ConsolidationApproved event is recorded."""
+    env.apply(node_pool("pool-emit-b", consolidation_policy=BALANCED))
+    small = [env.node(nodepool="pool-emit-b", instance_type="m5.xlarge") for _ in range(2)]
+    for n in small:
+        env.pods(10, node=n)
+    env.node(nodepool="pool-emit-b", instance_type="m5.8xlarge", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    result = env.plan()
+    assert result.commands == ()
+    assert all("NodePool pool-emit-b is Balanced" in result.not_candidates[n] for n in small), result.not_candidates
+    assert approved_events(env) == []
+
+
+def test_should_skip_pools_missing_from_perpoolresults(env):
+    """Balanced Scoring / EmitBalancedMultiNodeEvents / should skip pools missing from perPoolResults
+
+    Upstream's move spans two pools and only one has a result. In karpweb every Balanced pool a
+    move touches is scored, so the pool without a result is one that is not Balanced: a move of
+    an m5.8xlarge of each pool (a pod each) onto one cheaper node records one event, for the
+    Balanced pool."""
+    env.apply(
+        node_pool("pool-a-emit", consolidation_policy=BALANCED),
+        node_pool("pool-b-emit", consolidation_policy=WHEN_EMPTY_OR_UNDERUTILIZED),
+    )
+    nodes = [env.node(nodepool=pool, instance_type="m5.8xlarge") for pool in ("pool-a-emit", "pool-b-emit")]
+    for n in nodes:
+        env.pod(node=n)
+    (command,) = env.plan().commands
+    assert set(command.candidates) == set(nodes)
+    (event,) = approved_events(env)
+    assert (event.involved.kind, event.involved.name) == ("NodePool", "pool-a-emit")
