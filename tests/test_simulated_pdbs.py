@@ -366,3 +366,43 @@ def test_the_disruptions_page_lists_the_budgets(client, three_running):
     store(pdb(maxUnavailable=1))
     text = client.get("/disruptions/").content.decode()
     assert "PodDisruptionBudgets" in text and "default/web" in text and "3 of 3" in text
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        {"matchLabels": {"app": "web", "tier": "front"}},
+        {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front", "back"]}]},
+        {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["front"]}]},
+        {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "Exists"}]},
+        {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "DoesNotExist"}]},
+        {"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]},
+        {},
+    ],
+)
+def test_a_budget_counts_the_pods_its_selector_selects(selector):
+    """The status is counted by the database; the pods it counts are those the selector, read
+    as Kubernetes reads it (``LabelSelector.matches``), selects: every operator, keys with dots
+    and slashes, pods without the label, other namespaces left out."""
+    from provisioning.scheduling.labelselector import LabelSelector
+
+    node("n1")
+    node("n2", ready=False)
+    labels = [
+        {"app": "web", "tier": "front"},
+        {"app": "web", "tier": "back", "app.kubernetes.io/name": "web"},
+        {"app": "web"},
+        {"app": "api", "tier": "front", "app.kubernetes.io/name": "api"},
+        {"tier": "x"},
+    ]
+    for i, chosen in enumerate(labels):
+        pod(f"p{i}", node_name="n1", labels=chosen)
+        pod(f"q{i}", node_name="n2", labels=chosen)  # on a NotReady node: expected, not healthy
+        pod(f"r{i}", labels=chosen)  # pending: expected, not healthy
+        pod(f"s{i}", node_name="n1", labels=chosen, namespace="other")
+    store(pdb(selector=selector, maxUnavailable=1))
+    reading = LabelSelector.from_manifest(selector, "spec.selector")
+    expected = sum(3 for chosen in labels if reading.matches(chosen))
+    healthy = sum(1 for chosen in labels if reading.matches(chosen))
+    status = status_of()
+    assert (status["expectedPods"], status["currentHealthy"]) == (expected, healthy)

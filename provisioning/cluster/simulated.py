@@ -21,10 +21,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import CharField, Count, Q
+from django.db.models.functions import Cast
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.utils import timezone
 
 from provisioning.cluster.base import Event, Eviction, Manifest, ObjectEvent
-from provisioning.disruption.eviction import Budget, budget_from_manifest
+from provisioning.disruption.eviction import Budget, budget_from_manifest, disruptions_allowed
 from provisioning.models import ClusterNode, ClusterPDB, ClusterPod, NodeClaim
 from provisioning.scheduling.instancetypes import InstanceType
 from provisioning.scheduling.labelselector import LabelSelector
@@ -422,30 +425,26 @@ def delete_budgets(manifests: Sequence[Manifest]) -> list[str]:
 
 def budget_manifests() -> list[Manifest]:
     """Every stored budget as the API shows it, with the status computed now."""
-    rows = list(ClusterPDB.objects.all())
-    if not rows:
-        return []
-    pods = _budget_pods({row.namespace for row in rows})
-    return [_with_status(row, pods) for row in rows]
+    return [_with_status(row) for row in ClusterPDB.objects.all()]
 
 
-def budget_status(manifest: Manifest, pods: Sequence[Pod]) -> Manifest:
-    """The status the disruption controller writes for a policy/v1 budget over ``pods``:
-    the pods it selects are expected, the Ready ones healthy; a percent is of the expected
-    pods, rounded up; no disruption is allowed while no pod is expected. A null selector
-    selects no pod, an empty one every pod of the namespace."""
+def budget_status(manifest: Manifest, namespace: str) -> Manifest:
+    """The status the disruption controller writes for a policy/v1 budget over the pods of
+    ``namespace``: the pods it selects are expected, the Ready ones healthy (a pod bound to a
+    Ready node and running); a percent is of the expected pods, rounded up; no disruption is
+    allowed while no pod is expected. A null selector selects no pod, an empty one every pod
+    of the namespace. Counted by the database: a namespace may hold thousands of pods, and the
+    Eviction API asks this for every eviction a budget guards."""
     spec = manifest.get("spec") or {}
-    budget = budget_from_manifest({k: v for k, v in manifest.items() if k != "status"}, pods)
-    selected = [p for p in pods if budget.selects(p)]
-    expected = len(selected)
-    healthy = sum(1 for p in selected if p.ready)
+    selected = _selected(namespace, budget_from_manifest(manifest).selector)
+    counts = selected.aggregate(expected=Count("pk"), healthy=Count("pk", filter=_READY))
+    expected, healthy = counts["expected"], counts["healthy"]
     if spec.get("maxUnavailable") is not None:
         desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
     else:
         desired = _scaled(spec.get("minAvailable"), expected)
-    # budget_from_manifest counts what maxUnavailable leaves over the expected pods too:
-    # the controller allows no more than the healthy pods, and nothing with none expected.
-    allowed = min(budget.disruptions_allowed, healthy) if expected else 0
+    # The controller allows no more than the healthy pods, and nothing with none expected.
+    allowed = min(disruptions_allowed(spec, expected, healthy), healthy) if expected else 0
     return {
         "currentHealthy": healthy,
         "desiredHealthy": desired,
@@ -461,72 +460,70 @@ def budget_status(manifest: Manifest, pods: Sequence[Pod]) -> Manifest:
     }
 
 
+# A pod counts as healthy when it runs on a node that is Ready.
+_READY = (
+    Q(phase=ClusterPod.Phase.RUNNING)
+    & ~Q(node_name="")
+    & ~Q(node_name__in=ClusterNode.objects.filter(ready=False).values("name"))
+)
+
+
+def _selected(namespace: str, selector: LabelSelector):
+    """The pods of ``namespace`` ``selector`` selects, as a query on their labels."""
+    rows = ClusterPod.objects.filter(namespace=namespace)
+    if selector.null:
+        return rows.none()
+    labels = KeyTransform("labels", KeyTransform("metadata", "manifest"))
+    terms = [(key, "In", frozenset({value})) for key, value in selector.match_labels]
+    for number, (key, operator, values) in enumerate([*terms, *selector.match_expressions]):
+        name = f"label_{number}"
+        # As text: a JSON key's own lookups would read the values compared with as JSON.
+        rows = rows.annotate(**{name: Cast(KeyTextTransform(key, labels), CharField())})
+        if operator == "In":
+            rows = rows.filter(**{f"{name}__in": sorted(values)})
+        elif operator == "NotIn":
+            # A pod without the label is selected (SQL's NOT IN alone would drop it: NULL).
+            rows = rows.filter(Q(**{f"{name}__isnull": True}) | ~Q(**{f"{name}__in": sorted(values)}))
+        elif operator == "Exists":
+            rows = rows.filter(**{f"{name}__isnull": False})
+        else:  # DoesNotExist
+            rows = rows.filter(**{f"{name}__isnull": True})
+    return rows
+
+
 def _scaled(value: Any, total: int) -> int:
     if isinstance(value, str) and value.endswith("%"):
         return -(-int(value[:-1]) * total // 100)  # rounded up
     return int(value or 0)
 
 
-def _with_status(row: ClusterPDB, pods: Sequence[Pod]) -> Manifest:
+def _with_status(row: ClusterPDB) -> Manifest:
     manifest = copy.deepcopy(row.manifest)
     metadata = manifest.setdefault("metadata", {})
     metadata.update(namespace=row.namespace, name=row.name, uid=str(row.uid))
     metadata.setdefault("creationTimestamp", row.created_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    manifest["status"] = budget_status(manifest, pods)
+    manifest["status"] = budget_status(manifest, row.namespace)
     return manifest
-
-
-def _budget_pods(namespaces: set[str]) -> list[Pod]:
-    """The pods of ``namespaces`` as budgets count them: a pod bound to a Ready node and
-    running is Ready; a pending one, or one on a node that is not Ready, is not. Only the
-    labels are read out of each manifest (by the database): a namespace may hold thousands of
-    pods, and the Eviction API asks this for every eviction a budget guards."""
-    not_ready = set(ClusterNode.objects.filter(ready=False).values_list("name", flat=True))
-    rows = ClusterPod.objects.filter(namespace__in=namespaces).values_list(
-        "namespace", "name", "node_name", "phase", "manifest__metadata__labels"
-    )
-    return [
-        _budget_pod(namespace, name, node_name, phase, labels, not_ready)
-        for namespace, name, node_name, phase, labels in rows
-    ]
-
-
-def _budget_pod(namespace: str, name: str, node_name: str, phase: str, labels: Any, not_ready: set[str]) -> Pod:
-    running = bool(node_name) and phase == ClusterPod.Phase.RUNNING
-    return Pod(
-        namespace=namespace,
-        name=name,
-        labels=labels if isinstance(labels, dict) else {},
-        node_name=node_name or None,
-        phase=phase,
-        ready=running and node_name not in not_ready,
-    )
 
 
 def _eviction_refused(row: ClusterPod) -> bool:
     """Would the Eviction API refuse to evict this running pod now (its 429)? Logs why.
-    Called in a transaction: the budgets of its namespace are locked. The other pods are read
-    only when a budget selects this one."""
-    rows = list(ClusterPDB.objects.select_for_update().filter(namespace=row.namespace))
+    Called in a transaction: the budgets of its namespace are locked."""
     labels = (row.manifest.get("metadata") or {}).get("labels") or {}
     evicted = Pod(namespace=row.namespace, name=row.name, labels=labels)
-    rows = [pdb for pdb in rows if budget_from_manifest(pdb.manifest).selects(evicted)]
-    if not rows:
-        return False
-    pods = _budget_pods({row.namespace})
-    pod = next((p for p in pods if p.name == row.name), None)
-    if pod is None:
-        return False
     budgets: list[tuple[Budget, Manifest]] = []
-    for pdb in rows:
-        status = budget_status(pdb.manifest, pods)
-        budgets.append((budget_from_manifest({**pdb.manifest, "status": status}), status))
+    for pdb in ClusterPDB.objects.select_for_update().filter(namespace=row.namespace):
+        if budget_from_manifest(pdb.manifest).selects(evicted):
+            status = budget_status(pdb.manifest, row.namespace)
+            budgets.append((budget_from_manifest({**pdb.manifest, "status": status}), status))
     if len(budgets) > 1:
         names = ", ".join(b.key for b, _ in budgets)
         log.warning("eviction of pod %s refused: more than one PodDisruptionBudget selects it (%s)", row.key, names)
         return True
+    if not budgets:
+        return False
     budget, status = budgets[0]
-    if not pod.ready:
+    if ClusterNode.objects.filter(name=row.node_name, ready=False).exists():  # the pod is not Ready
         if budget.always_evict_unhealthy:
             return False  # AlwaysAllow: an unhealthy pod goes and takes nothing from the budget
         if status["currentHealthy"] >= status["desiredHealthy"] > 0:

@@ -126,15 +126,7 @@ def budget_from_manifest(manifest: Mapping[str, Any], pods: Sequence[Pod] = ()) 
         allowed = int(status.get("disruptionsAllowed") or 0)
     else:
         selected = [p for p in pods if p.namespace == namespace and selector.matches(p.labels) and active(p)]
-        expected = len(selected)
-        healthy = sum(1 for p in selected if p.ready is not False)
-        if max_unavailable is not None:
-            allowed = _scaled(max_unavailable, expected) - (expected - healthy)
-        elif min_available is not None:
-            allowed = healthy - _scaled(min_available, expected)
-        else:
-            allowed = healthy - expected  # an empty budget: every pod must stay
-        allowed = max(0, allowed)
+        allowed = disruptions_allowed(spec, len(selected), sum(1 for p in selected if p.ready is not False))
     return Budget(
         namespace,
         str(meta.get("name") or ""),
@@ -143,6 +135,20 @@ def budget_from_manifest(manifest: Mapping[str, Any], pods: Sequence[Pod] = ()) 
         fully,
         spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow",
     )
+
+
+def disruptions_allowed(spec: Mapping[str, Any], expected: int, healthy: int) -> int:
+    """What a budget's ``spec`` allows over ``expected`` selected pods of which ``healthy`` are
+    Ready, as the disruption controller computes it: minAvailable or maxUnavailable (a percent
+    of the expected pods, rounded up); a budget with neither keeps every pod."""
+    max_unavailable, min_available = spec.get("maxUnavailable"), spec.get("minAvailable")
+    if max_unavailable is not None:
+        allowed = _scaled(max_unavailable, expected) - (expected - healthy)
+    elif min_available is not None:
+        allowed = healthy - _scaled(min_available, expected)
+    else:
+        allowed = healthy - expected
+    return max(0, allowed)
 
 
 def _scaled(value: Any, total: int) -> int:
