@@ -22,8 +22,8 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import CharField, Count, Q
-from django.db.models.functions import Cast
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from provisioning.cluster.base import Event, Eviction, Manifest, ObjectEvent

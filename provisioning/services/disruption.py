@@ -261,6 +261,15 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
     nodeclasses = {c.name: c for c in EC2NodeClass.objects.all()}
     changed = dict(ClusterNode.objects.exclude(last_pod_change_at=None).values_list("name", "last_pod_change_at"))
 
+    by_pool: dict[str, tuple] = {}
+
+    def offered_types(snapshot, name: str):
+        """A NodePool as the snapshot offers it and its instance types by name, read once."""
+        if name not in by_pool:
+            offered = next((p for p in snapshot.nodepools if p.name == name), None)
+            by_pool[name] = (offered, {t.name: t for t in offered.instance_types} if offered else {})
+        return by_pool[name]
+
     def claim_of(node, snapshot) -> Claim | str:
         row = claims.get(node.name)
         if row is None:
@@ -270,8 +279,7 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
         if row.state == NodeClaim.State.DELETING:
             return f"the node is being deleted: its NodeClaim {row.name} is deleting"
         pool, nodeclass = pools.get(row.nodepool_name), nodeclasses.get(row.nodeclass_name)
-        offered = next((p for p in snapshot.nodepools if p.name == row.nodepool_name), None)
-        types = {t.name: t for t in offered.instance_types} if offered else {}
+        offered, types = offered_types(snapshot, row.nodepool_name)
         reason = None
         if pool is not None and row.state not in (NodeClaim.State.PENDING, NodeClaim.State.LAUNCHING):
             it = types.get(node.labels.get("node.kubernetes.io/instance-type", ""))
@@ -282,7 +290,7 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
                 nodeclass_spec=nodeclass.spec if nodeclass else None,
                 nodeclass_status=nodeclass.status if nodeclass else None,
                 launched=row.spec.get("launched") or {},
-                offered_types=None if offered is None else set(types),
+                offered_types=None if offered is None else types.keys(),
                 offered=drift.offerings_of(types),
                 age_seconds=now.timestamp() - row.created_at.timestamp(),
             )
