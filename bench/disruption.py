@@ -800,6 +800,7 @@ def references(catalog) -> dict:
         out["lp_by_pool"][pool.name] = bound.cost_per_hour
         if bound.status != "optimal":
             out["lp_status"] = f"{pool.name}: {bound.status} {bound.message}".strip()
+    out.update(reachable_bound(snapshot, pool_of, catalog))
     for label, optimize in (("solver", True), ("greedy", False)):
         start = time.perf_counter()
         plan = solve(replace(snapshot, optimize=optimize))
@@ -807,6 +808,79 @@ def references(catalog) -> dict:
         out[f"{label}_cost"] = plan.total_price
         out[f"{label}_nodes"] = len(plan.claims)
         out[f"{label}_unschedulable"] = len(plan.unschedulable)
+    return out
+
+
+def pinned_pods() -> dict[str, list]:
+    """Per node, the pods on it no disruption may ever move: annotated do-not-disrupt, or
+    selected by a PodDisruptionBudget that allows no disruption whatever the pods' health
+    (maxUnavailable 0, minAvailable 100%). Read from the rows and the budgets as written, not
+    from the planner: their nodes stay, whatever consolidation does."""
+    from provisioning.disruption.eviction import budget_from_manifest
+    from provisioning.models import ClusterPod
+    from provisioning.scheduling.pods import Pod
+
+    blocking = [b for b in map(budget_from_manifest, pdb_manifests()) if b.fully_blocking]
+    out: dict[str, list] = {}
+    for row in ClusterPod.objects.exclude(node_name="").order_by("pk"):
+        meta = row.manifest.get("metadata") or {}
+        pod = Pod(namespace=row.namespace, name=row.name, labels=meta.get("labels") or {})
+        annotated = (meta.get("annotations") or {}).get(DO_NOT_DISRUPT) == "true"
+        if annotated or any(b.selects(pod) for b in blocking):
+            out.setdefault(row.node_name, []).append(row)
+    return out
+
+
+def reachable_bound(snapshot, pool_of: dict[str, str], catalog) -> dict:
+    """The least any consolidation of this cluster could reach: the nodes holding pods nothing
+    may move stay (their price counts in full), their free room takes other pods at no cost
+    (each such node a type of its own, priced 0, at most one of it), and the other pods need
+    new capacity as the pooled LP prices it. A lower bound on every cluster that keeps those
+    pods where they are, which every cluster consolidation leaves does."""
+    from bench.solver import _pool_price, pod_classes
+    from provisioning.models import ClusterNode, NodeClaim
+    from provisioning.scheduling.instancetypes import InstanceType, Offering, Overhead
+    from provisioning.scheduling.lowerbound import lp_lower_bound
+
+    pinned = pinned_pods()
+    pinned_keys = {row.key for rows in pinned.values() for row in rows}
+    price = {c.node_name: float(c.price_per_hour or 0) for c in NodeClaim.objects.exclude(node_name="")}
+    nodes = {n.name: n for n in ClusterNode.objects.filter(name__in=pinned)}
+    out = {"reachable": 0.0, "pinned_nodes": len(pinned), "pinned_cost": 0.0, "pinned_pods": len(pinned_keys)}
+    for pool in snapshot.nodepools:
+        free_nodes = []
+        for name, rows in pinned.items():
+            node = nodes.get(name)
+            labels = (node.manifest.get("metadata") or {}).get("labels") or {} if node else {}
+            if node is None or labels.get("karpenter.sh/nodepool") != pool.name:
+                continue
+            out["pinned_cost"] += price.get(name, 0.0)
+            it = catalog.instance_type(labels.get("node.kubernetes.io/instance-type", ""))
+            if it is None:
+                continue
+            room = dict(it.allocatable)
+            room["cpu"] = room.get("cpu", 0) - sum(r.cpu_millis for r in rows)
+            room["memory"] = room.get("memory", 0) - sum(r.memory_bytes for r in rows)
+            room["pods"] = room.get("pods", 0) - len(rows)
+            zone = labels.get("topology.kubernetes.io/zone", "")
+            offering = Offering(zone, labels.get("karpenter.sh/capacity-type", "on-demand"), 0.0, True)
+            free_nodes.append(InstanceType(f"node/{name}", it.labels, room, Overhead(), (offering,)))
+        pods = [
+            p
+            for p in snapshot.pods
+            if pool_of.get(p.labels.get("app"), "general") == pool.name and p.key not in pinned_keys
+        ]
+        if not pods:
+            continue
+        classes, per_node = pod_classes(pods, pool)
+        types = (*pool.instance_types, *free_nodes)
+        bound = lp_lower_bound(
+            classes, types, price=_pool_price(pool), per_node=per_node, available={t.name: 1 for t in free_nodes}
+        )
+        out["reachable"] += bound.cost_per_hour
+        if bound.status != "optimal":
+            out["reachable_status"] = f"{pool.name}: {bound.status} {bound.message}".strip()
+    out["reachable"] += out["pinned_cost"]
     return out
 
 
@@ -1130,6 +1204,18 @@ def report(r: dict) -> list[str]:
             else "",
         )
     )
+    if refs.get("pinned_nodes"):
+        reach = refs["reachable"]
+        note = f" [{refs['reachable_status']}]" if refs.get("reachable_status") else ""
+        rows.append(
+            (
+                "after / the least consolidation could reach",
+                f"{r['cost_after'] / reach:.3f}" if reach else "-",
+                f"${reach:,.2f}/h = {refs['pinned_nodes']:,} nodes holding {refs['pinned_pods']:,} pods nothing may "
+                f"move (do-not-disrupt, a PDB allowing none) ${refs['pinned_cost']:,.2f}/h, their room free, the "
+                f"other pods at the LP's prices{note}; that bound / LP {reach / refs['lp']:.3f}",
+            )
+        )
     rows.append(
         (
             "evictions",

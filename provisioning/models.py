@@ -415,6 +415,9 @@ class Disruption(MovesByState, models.Model):
     # annotation says; otherwise the terminationGracePeriod sets that moment.
     terminate_by = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Per NodeClaim, the reschedulable pods on its node when its drain began (DaemonSet and
+    # mirror pods left out): upstream's karpenter_pods_disruption_initiated_total counts them.
+    pods_displaced = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-planned_at", "-id"]

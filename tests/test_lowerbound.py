@@ -34,6 +34,32 @@ def pods(count, cpu, memory_gi=0.0, **extra):
 # -- hand-checkable -----------------------------------------------------------------------------
 
 
+def test_nodes_already_paid_for_take_pods_at_no_cost_up_to_their_number():
+    """Two nodes that stay whatever the plan (price 0, 2 cores free each, at most one of each
+    kind) take 4 of the 7 one-core pods; the other 3 need 3 cores of new capacity at 0.05 a
+    core. Without the bound on their number they would take every pod for nothing."""
+    staying = itype("staying", 2, 4, 0.0)
+    also = itype("also-staying", 2, 4, 0.0)
+    new = itype("new", 4, 8, 0.20)
+    bound = lp_lower_bound([pods(7, 1, 1)], [staying, also, new], available={"staying": 1, "also-staying": 1})
+    assert bound.status == OPTIMAL
+    assert bound.cost_per_hour == pytest.approx(3 * 0.05)
+    assert bound.nodes["staying"] == pytest.approx(1) and bound.nodes["also-staying"] == pytest.approx(1)
+    unbounded = lp_lower_bound([pods(7, 1, 1)], [staying, new])
+    assert unbounded.cost_per_hour == pytest.approx(0)
+
+
+def test_a_type_of_bounded_number_dominates_nothing():
+    """The free node is cheaper and larger than ``new``; dropping ``new`` as dominated would
+    leave the 6 pods beyond the free node's room nowhere to go."""
+    free = itype("free", 4, 8, 0.0)
+    new = itype("new", 2, 4, 0.10)
+    bound = lp_lower_bound([pods(10, 1, 1)], [free, new], available={"free": 1})
+    assert bound.status == OPTIMAL
+    assert bound.cost_per_hour == pytest.approx(6 * 0.05)
+
+
+
 def test_one_class_two_types_takes_the_cheaper_per_unit():
     small = itype("small", 2, 4, 0.10)  # 0.050 per core
     large = itype("large", 4, 8, 0.19)  # 0.0475 per core

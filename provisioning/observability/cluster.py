@@ -395,6 +395,33 @@ def interruptions() -> Iterator[Metric]:
         repaired.add_metric(list(key), n)
     yield repaired
     yield nodeclaims_disrupted()
+    yield pods_disruption_initiated()
+
+
+def pods_disruption_initiated() -> Metric:
+    """The reschedulable pods of every NodeClaim whose drain began, by the disruption's reason."""
+    family = CounterMetricFamily(
+        "karpenter_pods_disruption_initiated",
+        "Number of pod disruptions initiated in total by Karpenter, incremented by the reschedulable pod count "
+        "whenever the underlying nodeclaim is disrupted. Labeled by reason the nodeclaim was disrupted, the owning "
+        "nodepool and the capacity type. Pods owned by DaemonSets and mirror pods are excluded.",
+        labels=["reason", "nodepool", "capacity_type"],
+    )
+    rows = list(Disruption.objects.exclude(drain_started_at=None).values_list("reason", "pods_displaced"))
+    claims = dict(
+        (name, (pool, capacity))
+        for name, pool, capacity in NodeClaim.objects.filter(
+            name__in={c for _, counts in rows for c in counts or {}}
+        ).values_list("name", "nodepool_name", "capacity_type")
+    )
+    totals: Counter = Counter()
+    for reason, counts in rows:
+        for name, count in (counts or {}).items():
+            pool, capacity = claims.get(name, ("", ""))
+            totals[(reason.lower(), pool, capacity)] += count
+    for key, n in sorted(totals.items()):
+        family.add_metric(list(key), n)
+    return family
 
 
 def nodeclaims_disrupted() -> Metric:

@@ -30,9 +30,16 @@ affinity, DaemonSet overhead, limits, the 60-type cap) only shrinks the set of p
 bound stays valid under all of them. It prices new capacity only: pods that nodes already
 running could take are the caller's to leave out.
 
+``available`` bounds how many nodes of a type there may be (``x_t <= available_t``): nodes
+that are already paid for and stay whatever the plan does are types of their own, priced 0, with
+their free room as allocatable and at most one of each. The bound then covers the plans that
+keep those nodes, and the caller adds what they cost.
+
 Dropping dominated types does not change the optimum: when type ``u`` costs no more than
 ``t``, has at least ``t``'s allocatable on every requested resource and accepts every class
 ``t`` accepts, moving ``t``'s nodes and pods to ``u`` keeps a solution feasible and no dearer.
+That needs as many ``u`` as ``t`` had: a type of bounded availability dominates nothing (it
+may itself be dropped for an unbounded one that dominates it).
 
 Solved with HiGHS (``highspy``). Pure: no Django, boto3, kubernetes or redis.
 """
@@ -105,6 +112,7 @@ def lp_lower_bound(
     capacity_types: frozenset[str] | None = None,
     price: Callable[[InstanceType], float | None] | None = None,
     per_node: Mapping[str, int] | None = None,
+    available: Mapping[str, float] | None = None,
     time_limit: float = 60.0,
 ) -> LowerBound:
     """The LP-relaxation lower bound of packing ``pod_classes`` into ``instance_types``.
@@ -112,6 +120,7 @@ def lp_lower_bound(
     A type's price is ``price(type)`` when given, else its cheapest available offering among
     ``capacity_types`` (all when None); types without a price are left out. Never raises for
     an unplaceable class: the status says ``infeasible`` and ``unplaceable`` names it.
+    ``available``: at most this many nodes of the types named (unbounded otherwise).
     """
     start = time.perf_counter()
 
@@ -173,12 +182,16 @@ def lp_lower_bound(
 
     # Drop types no class can use, then dominated ones.
     used = compat.any(axis=0)
-    keep_types = np.flatnonzero(used)
+    available = dict(available or {})
+    limited = np.fromiter((it.name in available for it in priced), dtype=bool, count=len(priced))
+    keep_types = np.flatnonzero(used & ~limited)
     keep_types = keep_types[undominated(cost[keep_types], alloc[keep_types], compat[:, keep_types])]
+    keep_types = np.sort(np.concatenate([keep_types, np.flatnonzero(used & limited)]))
     alloc, cost, compat = alloc[keep_types], cost[keep_types], compat[:, keep_types]
     names = [priced[t].name for t in keep_types]
+    upper = np.array([available.get(name, math.inf) for name in names], dtype=float)
 
-    solved = _solve(demand, counts, alloc, cost, compat, time_limit)
+    solved = _solve(demand, counts, alloc, cost, compat, time_limit, upper)
     if isinstance(solved, str):
         return done(0.0, solved, unplaceable=unplaceable, types=len(names), message=message or solved)
     objective, x, y, pair_c, pair_t = solved
@@ -251,7 +264,12 @@ def highs():
 
 
 def packing_lp(
-    demand: np.ndarray, counts: np.ndarray, alloc: np.ndarray, cost: np.ndarray, compat: np.ndarray
+    demand: np.ndarray,
+    counts: np.ndarray,
+    alloc: np.ndarray,
+    cost: np.ndarray,
+    compat: np.ndarray,
+    upper: np.ndarray | None = None,
 ) -> tuple[highspy.HighsLp, np.ndarray, np.ndarray]:
     """The relaxation as a HiGHS model, built column-wise, and the (class, type) of each y.
 
@@ -294,7 +312,10 @@ def packing_lp(
     lp.num_row_ = n_rows
     lp.col_cost_ = np.concatenate([cost, np.zeros(n_pairs)])
     lp.col_lower_ = np.zeros(n_cols)
-    lp.col_upper_ = np.full(n_cols, inf)
+    col_upper = np.full(n_cols, inf)
+    if upper is not None:  # at most so many nodes of a type (inf: unbounded)
+        col_upper[:n_types] = np.where(np.isfinite(upper), upper, inf)
+    lp.col_upper_ = col_upper  # (assigned whole: the binding hands out copies)
     lp.row_lower_ = np.concatenate([counts, np.full(n_types * n_res, -inf)])
     lp.row_upper_ = np.concatenate([counts, np.zeros(n_types * n_res)])
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
@@ -313,10 +334,11 @@ def _solve(
     cost: np.ndarray,
     compat: np.ndarray,
     time_limit: float,
+    upper: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | str:
     """Solve the relaxation: the optimum, x, y and the (class, type) of each y; or a status
     on failure."""
-    lp, pair_c, pair_t = packing_lp(demand, counts, alloc, cost, compat)
+    lp, pair_c, pair_t = packing_lp(demand, counts, alloc, cost, compat, upper)
     n_types = len(cost)
     h = highs()
     h.setOptionValue("time_limit", float(time_limit))

@@ -29,10 +29,12 @@ from provisioning.cluster.base import DISRUPTED_TAINT, ClusterError, Eviction
 from provisioning.cluster.simulated import pod_manifest
 from provisioning.disruption import drain as draining
 from provisioning.disruption import drift, planner
-from provisioning.disruption.eviction import Limits, budget_from_manifest
+from provisioning.disruption.eviction import Limits, budget_from_manifest, reschedulable
 from provisioning.disruption.model import Command, PoolPolicy, parse_duration
 from provisioning.disruption.nodes import POOL, Claim, parse_time
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
+from provisioning.scheduling.manifestfields import PodError
+from provisioning.scheduling.podspec import pod_from_manifest
 from provisioning.services import events
 from provisioning.services.dispatch import dispatcher
 from provisioning.services.disruptionview import Picture, read_picture
@@ -467,6 +469,7 @@ def force(node_name: str, reason: str, now=None, *, forceful: bool = False, expl
         started_at=now,
         drain_started_at=now,
         terminate_by=now if forceful else None,
+        pods_displaced=_displaced([node_name]),
     )
     log.info(
         "disruption %s: %s of %s%s: %s",
@@ -524,7 +527,12 @@ def advance(disruption: Disruption, now, *, waiting_nodes: int | None = None) ->
             return _give_up(disruption, now, why)
         if waiting:
             events.record([events.waiting_readiness(c) for c in waiting], get_cluster())
-        elif disruption.move(Disruption.State.REPLACING, Disruption.State.DRAINING, drain_started_at=now):
+        elif disruption.move(
+            Disruption.State.REPLACING,
+            Disruption.State.DRAINING,
+            drain_started_at=now,
+            pods_displaced=_displaced(disruption.nodes),
+        ):
             _drain(disruption, now)
     elif disruption.state == Disruption.State.DRAINING:
         _drain(disruption, now)
@@ -612,9 +620,29 @@ def _start(disruption: Disruption, command: Command, now) -> None:
             claims = create_claims(command.replacements, disruption=disruption)
         events.record([events.launching(claim, disruption.reason) for claim in claims], cluster)
         return
-    if disruption.move(Disruption.State.PLANNED, Disruption.State.DRAINING, started_at=now, drain_started_at=now):
+    if disruption.move(
+        Disruption.State.PLANNED,
+        Disruption.State.DRAINING,
+        started_at=now,
+        drain_started_at=now,
+        pods_displaced=_displaced(disruption.nodes),
+    ):
         _mark(disruption, cluster)
         _drain(disruption, now)
+
+
+def _displaced(nodes) -> dict[str, int]:
+    """Per NodeClaim of ``nodes``, the reschedulable pods on its node now (as its drain begins)."""
+    claims = dict(ClusterNode.objects.filter(name__in=nodes).values_list("name", "nodeclaim"))
+    counts = {claims[name]: 0 for name in claims if claims[name]}
+    for row in ClusterPod.objects.filter(node_name__in=list(claims)):
+        claim = claims.get(row.node_name)
+        if claim:
+            try:
+                counts[claim] += reschedulable(pod_from_manifest(pod_manifest(row)))
+            except PodError:  # unreadable: the drain says so; it displaces nothing countable
+                continue
+    return counts
 
 
 def _mark(disruption: Disruption, cluster) -> None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
 from disruption_env import DisruptionEnv, node_pool
 from interruption_env import metric
 
@@ -136,13 +135,6 @@ def test_should_fire_a_karpenter_nodeclaims_disrupted_total_metric_when_expired_
     assert disrupted_total() == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "karpweb exports no karpenter_pods_disruption_initiated_total: a Disruption row keeps no count of the "
-        "reschedulable pods its nodes had when it began, so the scrape cannot say it"
-    ),
-)
 def test_should_fire_karpenter_pods_disruption_initiated_total_by_the_count_of_reschedulable_pods_on_the_node_when_expired(
     disruption_env: DisruptionEnv,
 ):
