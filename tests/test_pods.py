@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import pickle
 import random
 import subprocess
@@ -973,3 +974,21 @@ def test_hashes_survive_pickling_into_another_process():
     payload = pickle.dumps((pod, manifest(RICH_SPEC, name="a", labels={"app": "web"})))
     out = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, check=True)
     assert out.stdout.decode().split() == ["1", "1", "True"]
+
+
+def test_a_manifest_read_again_gives_the_same_pod_and_a_changed_one_a_new_pod():
+    """Reading the cluster again reads an unchanged manifest once; any change reads anew."""
+    from provisioning.scheduling.podspec import pod_from_manifest
+
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web-0", "namespace": "shop", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "250m"}}}]},
+    }
+    first = pod_from_manifest(manifest)
+    assert pod_from_manifest(json.loads(json.dumps(manifest))) is first
+    changed = json.loads(json.dumps(manifest))
+    changed["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+    assert pod_from_manifest(changed).requests["cpu"] == 500
+    assert pod_from_manifest(manifest).requests["cpu"] == 250

@@ -11,7 +11,10 @@ so pods of one shape share their field values.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -59,8 +62,32 @@ _MAX_INT32 = 2**31 - 1
 # Pods and pod templates
 
 
+# Pods read lately, by a digest of their manifest. The provisioner and every disruption round
+# read the whole cluster anew, and most of its pods have not changed since the last read;
+# parsing them was the largest part of reading a cluster of thousands of pods. A Pod is
+# immutable, so one parsed manifest serves every read of the same text.
+_RECENT_PODS = 50_000
+_pods: OrderedDict[bytes, Pod] = OrderedDict()
+
+
 def pod_from_manifest(manifest: Any) -> Pod:
     """A Kubernetes Pod manifest (``kind: Pod``), bound or pending."""
+    try:
+        text = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):  # not plain JSON (a YAML timestamp, say): read it as it is
+        return _read_pod(manifest)
+    key = hashlib.blake2b(text.encode(), digest_size=16).digest()
+    pod = _pods.get(key)
+    if pod is None:
+        pod = _pods[key] = _read_pod(manifest)  # an invalid manifest raises, and is not kept
+        if len(_pods) > _RECENT_PODS:
+            _pods.popitem(last=False)
+    else:
+        _pods.move_to_end(key)
+    return pod
+
+
+def _read_pod(manifest: Any) -> Pod:
     if not isinstance(manifest, dict):
         raise PodError("", f"a Pod manifest must be an object with metadata and spec, not {type_name(manifest)}")
     kind = manifest.get("kind")
