@@ -832,15 +832,24 @@ def pinned_pods() -> dict[str, list]:
 
 
 def reachable_bound(snapshot, pool_of: dict[str, str], catalog) -> dict:
-    """The least any consolidation of this cluster could reach: the nodes holding pods nothing
-    may move stay (their price counts in full), their free room takes other pods at no cost
-    (each such node a type of its own, priced 0, at most one of it), and the other pods need
-    new capacity as the pooled LP prices it. A lower bound on every cluster that keeps those
-    pods where they are, which every cluster consolidation leaves does."""
+    """The least any consolidation of this cluster could reach, an LP relaxation as the pooled
+    bound is, with what no consolidation can change:
+
+    * the nodes holding pods nothing may move stay: their price counts in full, and their free
+      room takes other pods at no cost (each such node a type of its own, priced 0, at most one);
+    * every node is in a zone: new capacity is priced per zone (a type where the NodePool offers
+      it, at its price there), and the pods of a zone spread (DoNotSchedule on
+      topology.kubernetes.io/zone, one request shape) keep at least the share of each zone their
+      maxSkew leaves it: ``ceil((n - maxSkew * (zones - 1)) / zones)``;
+    * the other pods need new capacity at the LP's prices.
+
+    A lower bound on every arrangement that keeps those pods where they are and the spreads
+    within their skew. (A cluster that kept pods of a spread off balance since before the
+    rounds could cost less; the ratio would show it below 1.)"""
     from bench.solver import _pool_price, pod_classes
     from provisioning.models import ClusterNode, NodeClaim
     from provisioning.scheduling.instancetypes import InstanceType, Offering, Overhead
-    from provisioning.scheduling.lowerbound import lp_lower_bound
+    from provisioning.scheduling.lowerbound import PodClass, lp_lower_bound
 
     pinned = pinned_pods()
     pinned_keys = {row.key for rows in pinned.values() for row in rows}
@@ -848,6 +857,16 @@ def reachable_bound(snapshot, pool_of: dict[str, str], catalog) -> dict:
     nodes = {n.name: n for n in ClusterNode.objects.filter(name__in=pinned)}
     out = {"reachable": 0.0, "pinned_nodes": len(pinned), "pinned_cost": 0.0, "pinned_pods": len(pinned_keys)}
     for pool in snapshot.nodepools:
+        priced = _pool_price(pool)
+        zones = sorted(
+            {o.zone for it in pool.instance_types for o in it.offerings if o.available and priced(it) is not None}
+        )
+        types = []
+        for it in pool.instance_types:
+            for zone in zones:
+                offerings = tuple(o for o in it.offerings if o.zone == zone)
+                if offerings:
+                    types.append(InstanceType(f"{it.name}@{zone}", it.labels, it.capacity, it.overhead, offerings))
         free_nodes = []
         for name, rows in pinned.items():
             node = nodes.get(name)
@@ -873,14 +892,51 @@ def reachable_bound(snapshot, pool_of: dict[str, str], catalog) -> dict:
         if not pods:
             continue
         classes, per_node = pod_classes(pods, pool)
-        types = (*pool.instance_types, *free_nodes)
+        everyone = [p for p in snapshot.pods if pool_of.get(p.labels.get("app"), "general") == pool.name]
+        classes = _zone_shares(classes, pods, everyone, pool, zones, PodClass)
         bound = lp_lower_bound(
-            classes, types, price=_pool_price(pool), per_node=per_node, available={t.name: 1 for t in free_nodes}
+            classes,
+            (*types, *free_nodes),
+            price=priced,
+            per_node=per_node,
+            available={t.name: 1 for t in free_nodes},
         )
         out["reachable"] += bound.cost_per_hour
         if bound.status != "optimal":
             out["reachable_status"] = f"{pool.name}: {bound.status} {bound.message}".strip()
     out["reachable"] += out["pinned_cost"]
+    return out
+
+
+def _zone_shares(classes, pods, everyone, pool, zones, pod_class) -> list:
+    """``classes`` (of ``pods``) with the pods of each zone spread of one request shape split: in
+    every zone the least its skew allows, pinned there, and the rest free to go anywhere. A
+    spread whose selector also counts pods that do not move (in ``everyone``, not in ``pods``)
+    or carry no such spread is left whole."""
+    from bench.solver import pod_classes
+
+    spreads: dict = {}
+    for pod in pods:
+        for c in pod.topology_spread:
+            if c.hard and c.topology_key == "topology.kubernetes.io/zone":
+                spreads.setdefault((c.label_selector, c.max_skew), []).append(pod)
+    out = list(classes)
+    for (selector, skew), members in spreads.items():
+        (shape, *others), _ = pod_classes(members, pool)
+        if others or len(members) != sum(1 for p in everyone if selector.matches(p.labels)):
+            continue
+        least = max(0, math.ceil((len(members) - skew * (len(zones) - 1)) / len(zones)))
+        if not least:
+            continue
+        # The shape's class in ``classes`` gives up the pinned pods.
+        index = next(i for i, c in enumerate(out) if c.requests == shape.requests and c.count >= len(members))
+        out[index] = pod_class(out[index].count - least * len(zones), shape.requests, out[index].compatible)
+        for zone in zones:
+
+            def there(it, zone=zone, compatible=shape.compatible) -> bool:
+                return it.offerings[0].zone == zone and (compatible is None or compatible(it))
+
+            out.append(pod_class(least, shape.requests, there))
     return out
 
 
