@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds manifests image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-disruption bench-interruption bench-ui fuzz-api fuzz-solver clean
+.PHONY: setup run test test-fast lint crds manifests check-deploy image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-disruption bench-interruption bench-ui fuzz-api fuzz-solver clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,11 @@ crds: setup
 OVERLAY ?= production
 manifests: setup
 	$(VENV)/bin/kubectl kustomize deploy/overlays/$(OVERLAY)
+
+# `manage.py check --deploy` with the settings the production overlay gives the web and webhook
+# pods (scripts/check_deploy.py): any warning fails.
+check-deploy: setup
+	$(PY) scripts/check_deploy.py
 
 # The image (Dockerfile), built with BuildKit: `make image`, then `make image-check` runs each role
 # of it the way deploy/ does. Where Docker Hub cannot be reached, `make base-image` first makes a

@@ -14,19 +14,33 @@ from django.core.exceptions import ImproperlyConfigured
 
 from karpweb.env import env_bool, env_float, env_int, env_list, env_str
 from karpweb.redisconf import sentinels
+from karpweb.secret import local_secret_key, production_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("KARPWEB_VAR_DIR", str(BASE_DIR / "var")))
 
+# Production (the image's ConfigMap sets it): secrets must be given and real, cookies and
+# redirects assume a TLS ingress in front, /metrics wants its token. A checkout (`make run`,
+# the tests) runs without it on embedded defaults.
+KARPWEB_PRODUCTION = env_bool("KARPWEB_PRODUCTION", False)
 DEBUG = env_bool("DEBUG", False)
-# A key generated per checkout keeps sessions valid across restarts without a secret in git.
+if KARPWEB_PRODUCTION and DEBUG:
+    raise ImproperlyConfigured(
+        "DEBUG=true with KARPWEB_PRODUCTION=true: debug pages show settings and source to whoever "
+        "reaches them; unset DEBUG"
+    )
 SECRET_KEY = env_str("SECRET_KEY")
-if not SECRET_KEY:
-    from karpweb.secret import local_secret_key
-
+if KARPWEB_PRODUCTION:
+    SECRET_KEY = production_secret("SECRET_KEY", SECRET_KEY, minimum=50)
+elif not SECRET_KEY:
+    # A key made once per checkout keeps sessions valid across restarts without a secret in git.
     SECRET_KEY = local_secret_key(VAR_DIR)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+# The pod's own address (the downward API's status.podIP): Prometheus scrapes a pod by it, and
+# the Host check (which /metrics passes like every other URL) must allow it.
+if env_str("POD_IP").strip():
+    ALLOWED_HOSTS.append(env_str("POD_IP").strip())
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -162,8 +176,26 @@ CONTENT_SECURITY_POLICY = {
     }
 }
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", KARPWEB_PRODUCTION)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Behind a TLS ingress: the ingress tells the scheme it was reached by in this header (it must
+# set it, overwriting a client's), so Django knows a request was HTTPS. Empty: trust no header.
+_proxy_ssl_header = env_str("SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto" if KARPWEB_PRODUCTION else "").strip()
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https") if _proxy_ssl_header else None
+)
+# Plain HTTP is redirected to HTTPS, except what the kubelet and Prometheus ask for inside the
+# cluster, over the pod's plain port.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", KARPWEB_PRODUCTION)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+# HSTS: browsers use HTTPS only for this host (and its subdomains) for a year.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if KARPWEB_PRODUCTION else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", KARPWEB_PRODUCTION)
+# Preloading is the domain owner's decision (anyone may submit a domain whose header says
+# "preload" to the browsers' list, which is slow to leave), so it is off unless asked for, and
+# `check --deploy` is not to warn about it.
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 
 # A manifest larger than this is refused before it is parsed (the Kubernetes API server
 # refuses request bodies over 3 MiB).
@@ -327,6 +359,8 @@ LOGGING = {
 # `Authorization: Bearer <token>`. Of the web replicas, the one holding a lease in Redis adds the
 # cluster's state from the database, so a sum over replicas counts each pod and node once.
 KARPWEB_METRICS_TOKEN = env_str("KARPWEB_METRICS_TOKEN")
+if KARPWEB_PRODUCTION and KARPWEB_METRICS_TOKEN:
+    KARPWEB_METRICS_TOKEN = production_secret("KARPWEB_METRICS_TOKEN", KARPWEB_METRICS_TOKEN, minimum=32)
 KARPWEB_METRICS_LEASE_SECONDS = env_float("KARPWEB_METRICS_LEASE_SECONDS", 90.0)
 # karpenter_pods_state has a series per pod: at most this many, pending pods first.
 KARPWEB_METRICS_MAX_POD_SERIES = env_int("KARPWEB_METRICS_MAX_POD_SERIES", 5000)
