@@ -62,13 +62,19 @@ INSTALLED_APPS = [
     "provisioning",
 ]
 
-MIDDLEWARE = [
+# Which process this is: "web" (the dashboard, the REST API, the admin site) or "webhook" (the
+# admission webhook alone, for the API server). Each serves its own URLconf through its own
+# middleware, so neither answers the other's URLs. deploy/gunicorn.conf.py reads it too.
+KARPWEB_ROLE = env_str("KARPWEB_ROLE", "web").strip().lower() or "web"
+if KARPWEB_ROLE not in ("web", "webhook"):
+    raise ImproperlyConfigured(f"KARPWEB_ROLE={KARPWEB_ROLE!r}: expected web or webhook")
+
+WEB_MIDDLEWARE = [
     "karpweb.logs.RequestIdMiddleware",
-    # Before anything that checks the Host header: Prometheus scrapes a pod by its IP.
-    "provisioning.observability.views.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The Host check (request.get_host()) for every URL, /metrics included.
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -77,8 +83,23 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
-
-ROOT_URLCONF = "karpweb.urls"
+# The API server is the webhook's only caller: no sessions, users, messages or pages, so only
+# what every response needs. CSRF (the webhook view is exempt) and frame options cost
+# microseconds and keep this role's `check --deploy` as clean as the web's.
+WEBHOOK_MIDDLEWARE = [
+    "karpweb.logs.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+URLCONFS = {"web": "karpweb.urls", "webhook": "karpweb.urls_webhook"}
+if KARPWEB_ROLE == "webhook":
+    # No admin site on the webhook's port: the app would want the session, user and message
+    # middleware that this role leaves out.
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django.contrib.admin"]
+MIDDLEWARE = WEBHOOK_MIDDLEWARE if KARPWEB_ROLE == "webhook" else WEB_MIDDLEWARE
+ROOT_URLCONF = URLCONFS[KARPWEB_ROLE]
 WSGI_APPLICATION = "karpweb.wsgi.application"
 
 TEMPLATES = [
@@ -356,7 +377,8 @@ LOGGING = {
 }
 
 # Metrics (provisioning/observability): /metrics answers Prometheus; with a token set it wants
-# `Authorization: Bearer <token>`. Of the web replicas, the one holding a lease in Redis adds the
+# `Authorization: Bearer <token>`, and in production it answers nobody until one is set. Of the
+# web replicas, the one holding a lease in Redis adds the
 # cluster's state from the database, so a sum over replicas counts each pod and node once.
 KARPWEB_METRICS_TOKEN = env_str("KARPWEB_METRICS_TOKEN")
 if KARPWEB_PRODUCTION and KARPWEB_METRICS_TOKEN:
@@ -364,8 +386,6 @@ if KARPWEB_PRODUCTION and KARPWEB_METRICS_TOKEN:
 KARPWEB_METRICS_LEASE_SECONDS = env_float("KARPWEB_METRICS_LEASE_SECONDS", 90.0)
 # karpenter_pods_state has a series per pod: at most this many, pending pods first.
 KARPWEB_METRICS_MAX_POD_SERIES = env_int("KARPWEB_METRICS_MAX_POD_SERIES", 5000)
-# Which gunicorn role this process serves (deploy/gunicorn.conf.py reads the same variable).
-KARPWEB_ROLE = env_str("KARPWEB_ROLE", "web").strip().lower() or "web"
 
 # The cloud: "simulated" (default) is the moto server `make run` starts and points boto3 at
 # (AWS_ENDPOINT_URL); "aws" is real AWS with the usual credential chain.

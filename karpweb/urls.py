@@ -1,15 +1,20 @@
+"""The web role's URLs: the dashboard, the REST API, sign-in, the admin site, health and
+metrics. The admission webhook is not among them: only the webhook role serves it
+(karpweb/urls_webhook.py). Who may call each is in provisioning/ui/access.py."""
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from provisioning import health, webhook
+from provisioning import health
+from provisioning.observability.views import metrics
 
 urlpatterns = [
     path("", include("provisioning.ui.urls")),
     path("api/", include("provisioning.rest.urls")),
-    path("webhook/validate", webhook.validate, name="webhook-validate"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics, name="metrics"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
