@@ -6,6 +6,7 @@ starts, the simulated cluster and the simulated AWS).
 from __future__ import annotations
 
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -46,6 +47,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
+    "axes",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
@@ -82,6 +84,8 @@ WEB_MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it answers a locked-out sign-in.
+    "axes.middleware.AxesMiddleware",
 ]
 # The API server is the webhook's only caller: no sessions, users, messages or pages, so only
 # what every response needs. CSRF (the webhook view is exempt) and frame options cost
@@ -95,9 +99,9 @@ WEBHOOK_MIDDLEWARE = [
 ]
 URLCONFS = {"web": "karpweb.urls", "webhook": "karpweb.urls_webhook"}
 if KARPWEB_ROLE == "webhook":
-    # No admin site on the webhook's port: the app would want the session, user and message
-    # middleware that this role leaves out.
-    INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django.contrib.admin"]
+    # No admin site and no sign-in on the webhook's port: their apps would want the session,
+    # user, message and login-throttle middleware that this role leaves out.
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app not in ("django.contrib.admin", "axes")]
 MIDDLEWARE = WEBHOOK_MIDDLEWARE if KARPWEB_ROLE == "webhook" else WEB_MIDDLEWARE
 ROOT_URLCONF = URLCONFS[KARPWEB_ROLE]
 WSGI_APPLICATION = "karpweb.wsgi.application"
@@ -156,6 +160,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Sign-in throttling (django-axes, its attempts in the database): after
+# KARPWEB_LOGIN_FAILURE_LIMIT failed sign-ins for one user name, or from one address, the next
+# ones for it are refused (429, provisioning/ui/lockout.py) until
+# KARPWEB_LOGIN_COOLOFF_MINUTES have passed or an admin deletes the attempts in the admin site.
+# The admin site's sign-in goes through the same backend.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("KARPWEB_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("KARPWEB_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "provisioning.ui.lockout.locked_out"
+AXES_CLIENT_IP_CALLABLE = "karpweb.clientip.client_ip"
+# Proxies in front of the web pods that append the address they saw to X-Forwarded-For (the
+# ingress controller: 1): the client's address is that many entries from the right. 0 trusts no
+# header and takes the connection's address (behind a proxy: the proxy's, shared by everyone).
+KARPWEB_TRUSTED_PROXIES = env_int("KARPWEB_TRUSTED_PROXIES", 1 if KARPWEB_PRODUCTION else 0)
+if AXES_FAILURE_LIMIT < 1:
+    raise ImproperlyConfigured(f"KARPWEB_LOGIN_FAILURE_LIMIT={AXES_FAILURE_LIMIT}: expected 1 or more")
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "provisioning:overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -245,8 +267,8 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"user": env_str("KARPWEB_API_RATE", "1200/minute")},
+    "DEFAULT_THROTTLE_CLASSES": ["provisioning.rest.throttling.PerToken"],
+    "DEFAULT_THROTTLE_RATES": {"token": env_str("KARPWEB_API_RATE", "1200/minute")},
     "EXCEPTION_HANDLER": "provisioning.rest.errors.handle",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -257,6 +279,8 @@ SPECTACULAR_SETTINGS = {
     "and what-if plans. Authenticate with `Authorization: Token KEY` (manage.py drf_create_token USER).",
     "VERSION": "v1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and Swagger UI describe what a viewer may read: a viewer's token or session.
+    "SERVE_PERMISSIONS": ["provisioning.rest.permissions.ByRole"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
@@ -374,6 +398,9 @@ LOGGING = {
         "console": {"class": "logging.StreamHandler", "formatter": KARPWEB_LOG_FORMAT, "filters": ["context"]}
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # django-axes' routine lines (its start, each successful sign-in) are info; failed sign-ins
+    # and lockouts are warnings, and still come.
+    "loggers": {"axes": {"level": "WARNING"}},
 }
 
 # Metrics (provisioning/observability): /metrics answers Prometheus; with a token set it wants

@@ -19,3 +19,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
 ]
+
+# A missing role is explained: what is missing and who can grant it.
+handler403 = "provisioning.ui.access.permission_denied"

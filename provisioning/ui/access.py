@@ -1,8 +1,9 @@
 """Roles of the dashboard and the REST API: viewer reads, editor also changes policies,
 admin also manages users and tokens.
 
-A role is a Django group of that name; a superuser is an admin, and a signed-in user in no
-group is a viewer. Checks compare ranks, so every editor is also a viewer.
+A role is a Django group of that name; a superuser is an admin. A signed-in user in no group
+has no role, and no access: every page answers 403 saying who can grant one. Checks compare
+ranks, so every editor is also a viewer.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from django.core.exceptions import PermissionDenied
 
 VIEWER, EDITOR, ADMIN = "viewer", "editor", "admin"
 ROLES = (VIEWER, EDITOR, ADMIN)
-# Admins manage users and API tokens in the admin site; these are the permissions it needs.
+# Admins manage users and API tokens in the admin site, and unlock sign-ins that the login
+# throttle locked (django-axes' access attempts); these are the permissions it needs.
 ADMIN_PERMISSIONS = (
     *(
         f"{action}_{model}"
@@ -24,6 +26,9 @@ ADMIN_PERMISSIONS = (
         for model in ("user", "tokenproxy", "token")
     ),
     "view_group",
+    "view_accessattempt",
+    "delete_accessattempt",
+    "view_accesslog",
 )
 _RANK = {role: rank for rank, role in enumerate(ROLES)}
 
@@ -33,17 +38,32 @@ def role_of(user: Any) -> str | None:
         return None
     if user.is_superuser:
         return ADMIN
-    cached = getattr(user, "_karpweb_role", None)
-    if cached is None:
+    if not hasattr(user, "_karpweb_role"):
         groups = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
-        cached = max(groups, key=_RANK.__getitem__, default=VIEWER)
-        user._karpweb_role = cached
-    return cached
+        user._karpweb_role = max(groups, key=_RANK.__getitem__, default=None)
+    return user._karpweb_role
+
+
+def admins() -> list[str]:
+    """The user names that can grant roles (in the admin site): the admins, superusers too."""
+    from django.contrib.auth import get_user_model
+    from django.db.models import Q
+
+    users = get_user_model().objects.filter(Q(is_superuser=True) | Q(groups__name=ADMIN), is_active=True)
+    return sorted(set(users.values_list("username", flat=True)))
 
 
 def has_role(user: Any, role: str) -> bool:
     held = role_of(user)
     return held is not None and _RANK[held] >= _RANK[role]
+
+
+def refusal(user: Any, role: str) -> str:
+    """Why ``user`` may not do what needs ``role``, for a person to read."""
+    held = role_of(user)
+    if held is None:
+        return f"You are signed in as {user.get_username()}, but you have no role in karpweb yet."
+    return f"This needs the {role} role; you are {'an' if held == ADMIN else 'a'} {held}."
 
 
 def role_required(role: str) -> Callable:
@@ -53,12 +73,20 @@ def role_required(role: str) -> Callable:
         @wraps(view)
         def checked(request, *args, **kwargs):
             if not has_role(request.user, role):
-                raise PermissionDenied(f"this needs the {role} role")
+                raise PermissionDenied(refusal(request.user, role))
             return view(request, *args, **kwargs)
 
         return login_required(checked)
 
     return decorate
+
+
+def permission_denied(request, exception: Exception | None = None):
+    """The 403 page (karpweb.urls' handler403): what is missing, and who can grant it."""
+    from django.shortcuts import render
+
+    context = {"reason": str(exception or "") or "You may not see this page.", "admins": admins()}
+    return render(request, "403.html", context, status=403)
 
 
 def context(request) -> dict[str, Any]:
