@@ -15,8 +15,9 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics, name="metrics"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Only the methods a browser uses: no OPTIONS listing, no PUT that posts the form.
+    path("accounts/login/", auth_views.LoginView.as_view(http_method_names=["get", "head", "post"]), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(http_method_names=["post"]), name="logout"),
     path("admin/", admin.site.urls),
 ]
 

@@ -5,13 +5,23 @@ sign-ins are throttled per user name and per address."""
 from __future__ import annotations
 
 import io
+import json
+import re
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import AnonymousUser, Group, Permission, User
+from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client
+from django.urls import URLPattern, URLResolver
 from rest_framework.authtoken.models import Token
 
+from provisioning.models import AuditEntry
+from provisioning.ui import access
 from provisioning.ui.access import ADMIN, EDITOR, VIEWER, has_role, role_of
 
 pytestmark = pytest.mark.django_db
@@ -263,3 +273,240 @@ def test_the_admin_link_shows_for_admins_only(client):
     assert b'href="/admin/"' in client.get("/").content
     assert client.get("/admin/auth/user/").status_code == 200
     assert client.get("/admin/authtoken/tokenproxy/").status_code == 200  # API tokens
+
+
+# ------------------------------------------------------------------ the access matrix
+#
+# Every route of both URLconfs, every HTTP method, each kind of caller, against the table in
+# provisioning/ui/access.py. A route without a row, a row without a route, a method a route
+# answers that its row does not list, or any answer the row does not predict fails here.
+
+METHODS = access.ALL
+REVIEW_UID = "5f4c3b2a-0000-4000-8000-000000000001"
+
+
+@dataclass(frozen=True)
+class Caller:
+    name: str
+    role: str | None = None  # the role the user holds (None: none, or no user)
+    session: bool = False  # signed in through the login page
+    token: bool = False  # Authorization: Token KEY
+    bearer: bool = False  # Authorization: Bearer KARPWEB_METRICS_TOKEN
+
+
+CALLERS = (
+    Caller("anonymous"),
+    Caller("no role", session=True),
+    Caller("viewer", VIEWER, session=True),
+    Caller("editor", EDITOR, session=True),
+    Caller("admin", ADMIN, session=True),
+    Caller("viewer token", VIEWER, token=True),
+    Caller("editor token", EDITOR, token=True),
+    Caller("admin token", ADMIN, token=True),
+    Caller("no-role token", token=True),
+    Caller("API server"),  # the webhook's caller: an AdmissionReview, no credentials
+    Caller("Prometheus", bearer=True),
+)
+METRICS_TOKEN = "a-metrics-token-of-at-least-32-characters"
+ALLOWED, LOGIN, ADMIN_LOGIN = "allowed", "redirect to /accounts/login/", "redirect to /admin/login/"
+_RANK = {VIEWER: 0, EDITOR: 1, ADMIN: 2}
+
+
+def normalise(route: str) -> str:
+    """A URLconf route as the table spells it: regex groups as <name>, anchors dropped; a
+    pattern that takes whatever is left of the path is <anything else>."""
+    prefix, _, rest = route.partition("^") if "^" in route else (route, "", "")
+    if route.endswith("^"):
+        return prefix + "<anything else>"
+    path = prefix + rest
+    path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"<\1>", path)
+    return path.replace("$", "")
+
+
+def walk(patterns, prefix: str = "") -> list[str]:
+    routes = []
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            routes += walk(pattern.url_patterns, prefix + str(pattern.pattern))
+        else:
+            assert isinstance(pattern, URLPattern)
+            routes.append(normalise(prefix + str(pattern.pattern)))
+    return routes
+
+
+def routes_of(role: str) -> list[str]:
+    return walk(import_module(URLCONFS[role]).urlpatterns)
+
+
+URLCONFS = {"web": "karpweb.urls", "webhook": "karpweb.urls_webhook"}
+
+
+@pytest.mark.parametrize("role", URLCONFS)
+def test_every_route_has_a_row_and_every_row_a_route(role, settings):
+    assert settings.URLCONFS == URLCONFS
+    routes = routes_of(role)
+    missing = [r for r in routes if access.route_for(role, r) is None]
+    assert not missing, f"routes of the {role} role without a row in provisioning/ui/access.py: {missing}"
+    rows = [row for row in access.ROUTES[role] if row is not access.STATIC]
+    unused = [row.path for row in rows if not any(row.covers(r) for r in routes)]
+    assert not unused, f"rows of the {role} role that no route of its URLconf has: {unused}"
+    assert len(routes) == len(set(routes)), "two routes spelled alike"
+
+
+def test_the_roles_serve_apart():
+    web, webhook = routes_of("web"), routes_of("webhook")
+    assert "webhook/validate" not in web
+    assert set(webhook) == {"webhook/validate", "healthz", "readyz", "metrics"}
+
+
+def expected(row: access.Route, method: str, caller: Caller) -> str:
+    """The answer the table gives ``caller`` for ``method`` on ``row``."""
+    who = row.methods[method]
+    if who in (access.ANYONE, access.API_SERVER):  # the API server proves nothing in the request
+        return ALLOWED
+    if row.auth == access.BEARER:
+        return ALLOWED if caller.bearer else "401"
+    if row.auth == access.ADMIN_SITE:
+        return ALLOWED if caller.session and caller.role == ADMIN else ADMIN_LOGIN
+    has_role = caller.role is not None and _RANK[caller.role] >= _RANK[who]
+    if row.auth == access.PAGE:
+        if not caller.session:
+            return LOGIN
+        return ALLOWED if has_role else "403"
+    assert row.auth == access.API, row
+    if not (caller.session or caller.token):
+        return "401"
+    return ALLOWED if has_role else "403"
+
+
+def answer(response, row: access.Route) -> str:
+    location = response.get("Location", "") if response.status_code in (301, 302) else ""
+    if location.startswith("/accounts/login/?next="):  # login_required's (a sign-out's has no next)
+        return LOGIN
+    if location.startswith("/admin/login/"):
+        return ADMIN_LOGIN
+    user = getattr(response.wsgi_request, "user", None)  # none where the role has no sessions
+    staff = user is not None and user.is_staff
+    if row.auth == access.ADMIN_SITE and location == "/admin/" and not staff:
+        return ADMIN_LOGIN  # the admin site's sign-out sends whoever is not let in to its front door
+    if response.status_code in (401, 403, 405):
+        # Inside the admin site, an admin meets the site's own model permissions (a read-only
+        # model's add page): still let in, as the row says.
+        if response.status_code == 403 and row.auth == access.ADMIN_SITE and staff:
+            return ALLOWED
+        return str(response.status_code)
+    return ALLOWED
+
+
+@pytest.fixture
+def world(db, settings, seed_nodepool, seed_ec2nodeclass):
+    """Something behind every parameter, so an allowed caller mostly meets real objects."""
+    from uipages import add_decision, add_disruption, add_node, add_pod
+
+    from provisioning.services.policy import apply_manifest
+
+    settings.KARPWEB_METRICS_TOKEN = METRICS_TOKEN
+    settings.KARPWEB_API_RATE = "100000/minute"
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    apply_manifest(seed_nodepool, source="cli")
+    decision = add_decision(["default/web-0"])
+    claim = add_node("general", decision=decision)
+    disruption = add_disruption([claim.name])
+    pod = add_pod("web-0", node="general")
+    users = {}
+    for caller in CALLERS:
+        if caller.session or caller.token:
+            user = User.objects.create_user(caller.name.replace(" ", "-"))
+            if caller.role:
+                grant(user.username, caller.role)
+                user.refresh_from_db()
+            users[caller.name] = user
+    samples = {
+        "kind": "NodePool",
+        "name": "general",
+        "key": f"{pod.namespace}/{pod.name}",
+        "pk": str(decision.pk),
+        "entry_id": str(AuditEntry.objects.filter(name="general").latest("id").pk),
+        "object_id": str(users["viewer"].pk),
+        "id": str(users["viewer"].pk),
+        "content_type_id": str(ContentType.objects.get_for_model(User).pk),
+        "app_label": "auth",
+        "url": "no-such-page/",
+        "anything else": "no-such-endpoint/",
+    }
+
+    def url(path: str) -> str:
+        values = dict(samples)
+        if path.startswith("api/v1/disruptions/"):
+            values["pk"] = str(disruption.pk)
+        if path.startswith("api/v1/nodeclaims/"):
+            values["name"] = claim.name
+        return "/" + re.sub(r"<(?:\w+:)?([\w ]+)>", lambda m: values[m.group(1)], path)
+
+    return users, url
+
+
+def request(client: Client, caller: Caller, method: str, url: str, user, token: str | None):
+    headers = {}
+    if caller.token:
+        headers["HTTP_AUTHORIZATION"] = f"Token {token}"
+    if caller.bearer:
+        headers["HTTP_AUTHORIZATION"] = f"Bearer {METRICS_TOKEN}"
+    if caller.session and "_auth_user_id" not in client.session:
+        client.force_login(user)  # again after a route that signs out
+    data, content_type = b"", "application/octet-stream"
+    if caller.name == "API server" and method == "POST":
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": REVIEW_UID}}
+        data, content_type = json.dumps(review).encode(), "application/json"
+    return client.generic(method, url, data, content_type=content_type, **headers)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("role", URLCONFS)
+def test_every_answer_is_the_one_the_table_gives(role, settings, world):
+    users, url = world
+    if role == "webhook":
+        settings.KARPWEB_ROLE, settings.ROOT_URLCONF = "webhook", settings.URLCONFS["webhook"]
+        settings.MIDDLEWARE = settings.WEBHOOK_MIDDLEWARE
+    clients = {caller.name: Client(raise_request_exception=False) for caller in CALLERS}
+    tokens = {name: Token.objects.create(user=user).key for name, user in users.items()}
+    wrong, checked = [], 0
+    for path in routes_of(role):
+        row = access.route_for(role, path)
+        for method in METHODS:
+            for caller in CALLERS:
+                response = request(
+                    clients[caller.name], caller, method, url(path), users.get(caller.name), tokens.get(caller.name)
+                )
+                checked += 1
+                got = answer(response, row)
+                if response.status_code >= 500:
+                    wrong.append(f"{method} /{path} as {caller.name}: {response.status_code}")
+                elif method in row.methods:
+                    if got == "405" and row.any_method:
+                        continue  # "any method it accepts": this one it accepts from nobody
+                    if got != expected(row, method, caller):
+                        wrong.append(
+                            f"{method} /{path} as {caller.name}: {got} ({response.status_code}), "
+                            f"the table says {expected(row, method, caller)}"
+                        )
+                elif got == ALLOWED:
+                    status = response.status_code
+                    wrong.append(f"{method} /{path} as {caller.name}: answered {status}, not in the table")
+    assert not wrong, f"{len(wrong)} of {checked} answers differ from provisioning/ui/access.py:\n" + "\n".join(wrong)
+
+
+def test_static_files_are_anyones(client):
+    assert client.get("/static/css/karpweb.css").status_code == 200
+    assert access.route_for("web", "static/css/karpweb.css") is access.STATIC
+
+
+def test_the_readme_access_section_is_the_table():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start, end = "<!-- access table: `manage.py access` prints it -->\n", "<!-- end of the access table -->"
+    assert start in readme and end in readme, "README.md has no generated Access table"
+    section = readme.split(start, 1)[1].split(end, 1)[0]
+    assert section.strip() == access.markdown().strip(), "README's Access table is stale: paste `manage.py access`"
+    out = io.StringIO()
+    call_command("access", stdout=out)
+    assert out.getvalue() == access.markdown()

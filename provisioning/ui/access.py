@@ -9,6 +9,7 @@ ranks, so every editor is also a viewer.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import wraps
 from typing import Any
 
@@ -26,11 +27,26 @@ ADMIN_PERMISSIONS = (
         for model in ("user", "tokenproxy", "token")
     ),
     "view_group",
+    # What viewers read on the dashboard, as the admin site shows it (read-only there).
+    "view_nodepool",
+    "view_ec2nodeclass",
+    "view_auditentry",
     "view_accessattempt",
     "delete_accessattempt",
     "view_accesslog",
 )
 _RANK = {role: rank for rank, role in enumerate(ROLES)}
+
+
+def sync_role_groups(using: str = "default", **kwargs: Any) -> None:
+    """The three role groups exist, the admin group holds exactly ADMIN_PERMISSIONS and the
+    others none (whatever was added by hand): a role grants what this module says, no more."""
+    from django.contrib.auth.models import Group, Permission
+
+    for role in ROLES:
+        group, _ = Group.objects.using(using).get_or_create(name=role)
+        wanted = Permission.objects.using(using).filter(codename__in=ADMIN_PERMISSIONS) if role == ADMIN else []
+        group.permissions.set(wanted)
 
 
 def role_of(user: Any) -> str | None:
@@ -97,3 +113,161 @@ def context(request) -> dict[str, Any]:
         "can_edit": role is not None and has_role(request.user, EDITOR),
         "is_admin": role == ADMIN,
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# Who may call what: every URL each role serves, every method it accepts, and who may call it.
+#
+# The one table of it. tests/test_access.py walks both URLconfs and calls every route with every
+# method as each kind of caller, and fails on any answer that this table does not predict, on a
+# route without a row and on a row without a route; README's "Access" section is this table
+# (``manage.py access`` prints it; a test compares).
+
+ANYONE = "anyone"
+METRICS = "Prometheus"  # Authorization: Bearer KARPWEB_METRICS_TOKEN (open on a checkout)
+# Whoever reaches the webhook role's port: the NetworkPolicy and the webhook's own Service bring
+# the API server there, over TLS with the caBundle it was given; the request itself proves nothing.
+API_SERVER = "the API server"
+
+# How a caller proves who it is on a route; it decides what a refusal looks like.
+PAGE = "session"  # signed in at /accounts/login/: anonymous is sent there, a missing role gets 403
+API = "token or session"  # Authorization: Token KEY, or the session: 401 without, 403 without the role
+ADMIN_SITE = "session, admin site"  # Django's admin site: whoever is not an admin is sent to its sign-in
+BEARER = "bearer token"  # /metrics: 401 without the token (403 in production while none is set)
+TLS = "TLS, its own port"  # the webhook role: nothing in the request, see API_SERVER
+NONE = "none"  # nothing to prove
+
+READ = ("GET", "HEAD")
+API_READ = ("GET", "HEAD", "OPTIONS")  # OPTIONS: DRF's description of the endpoint
+ALL = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One URL pattern: ``path`` as the URLconf spells it (``<name>`` for a parameter; ending in
+    "…" for every URL under it), who may call each method it accepts, and how they prove it."""
+
+    path: str
+    methods: dict[str, str]
+    auth: str
+    what: str
+
+    @property
+    def any_method(self) -> bool:
+        """The row speaks of every method the route accepts, whichever those are (the admin site)."""
+        return set(self.methods) == set(ALL)
+
+    def covers(self, path: str) -> bool:
+        if self.path.endswith("…"):
+            return path.startswith(self.path[:-1])
+        return path == self.path
+
+
+def _methods(*groups: tuple[tuple[str, ...], str]) -> dict[str, str]:
+    return {method: who for methods, who in groups for method in methods}
+
+
+def page(path: str, what: str, read: str | None = VIEWER, write: str | None = None, post_only=False) -> Route:
+    methods = _methods(*([] if post_only or read is None else [(READ, read)]), *([(("POST",), write)] if write else []))
+    return Route(path, methods, PAGE, what)
+
+
+def api(path: str, what: str, write: tuple[str, ...] = (), post_is_read: bool = False, read=API_READ) -> Route:
+    methods = _methods((read, VIEWER), (write, EDITOR))
+    if post_is_read:
+        methods["POST"] = VIEWER
+    return Route(path, methods, API, what)
+
+
+WEB_ROUTES: tuple[Route, ...] = (
+    page("", "overview"),
+    page("pods/", "pending pods"),
+    page("decisions/", "decisions"),
+    page("decisions/<int:pk>/", "a decision"),
+    page("nodes/", "nodes"),
+    page("nodes/<str:name>/", "a node"),
+    page("disruptions/", "disruptions"),
+    page("interruptions/", "interruptions"),
+    page("spend/", "spend"),
+    page("whatif/", "what-if: a plan, nothing written", write=VIEWER),
+    page("whatif/disruption/", "what-if of the disruption round", write=VIEWER),
+    page("policies/", "policies"),
+    page("policies/apply/", "apply a reviewed change", write=EDITOR, post_only=True),
+    page("policies/new/<str:kind>/", "a new policy from a template", read=EDITOR, write=EDITOR),
+    page("policies/new/<str:kind>/validate/", "live validation", write=EDITOR, post_only=True),
+    page("policies/<str:kind>/<str:name>/", "a policy and its history"),
+    page("policies/<str:kind>/<str:name>/edit/", "edit (form or YAML), review", read=EDITOR, write=EDITOR),
+    page("policies/<str:kind>/<str:name>/validate/", "live validation", write=EDITOR, post_only=True),
+    page("policies/<str:kind>/<str:name>/delete/", "delete", read=EDITOR, write=EDITOR),
+    page("policies/<str:kind>/<str:name>/history/<int:entry_id>/revert/", "review a revert", read=EDITOR),
+    api("api/v1/nodepools/", "list; create", write=("POST",)),
+    api("api/v1/nodepools/<str:name>/", "read; replace, merge patch, delete", write=("PUT", "PATCH", "DELETE")),
+    api("api/v1/ec2nodeclasses/", "list; create", write=("POST",)),
+    api("api/v1/ec2nodeclasses/<str:name>/", "read; replace, merge patch, delete", write=("PUT", "PATCH", "DELETE")),
+    api("api/v1/simulate/", "plan manifests, nothing written", read=("OPTIONS",), post_is_read=True),
+    api("api/v1/simulate/disruption/", "the disruption round, planned", post_is_read=True),
+    api("api/v1/spend/", "spend over time"),
+    api("api/v1/catalog/instancetypes/", "instance types and offerings"),
+    api("api/v1/pods/", "pods"),
+    api("api/v1/pods/<key>/", "a pod"),
+    api("api/v1/nodeclaims/", "NodeClaims"),
+    api("api/v1/nodeclaims/<name>/", "a NodeClaim"),
+    api("api/v1/nodes/", "nodes"),
+    api("api/v1/nodes/<name>/", "a node"),
+    api("api/v1/decisions/", "decisions"),
+    api("api/v1/decisions/<pk>/", "a decision"),
+    api("api/v1/disruptions/", "disruptions"),
+    api("api/v1/disruptions/<pk>/", "a disruption"),
+    Route("api/v1/<anything else>", _methods((ALL, ANYONE)), NONE, "no such endpoint: 404 as a Status"),
+    api("api/schema/", "the OpenAPI schema", read=READ),
+    api("api/docs/", "Swagger UI", read=READ),
+    Route("healthz", _methods((READ, ANYONE)), NONE, "liveness"),
+    Route("readyz", _methods((READ, ANYONE)), NONE, "readiness: database and Redis"),
+    Route("metrics", _methods((READ, METRICS)), BEARER, "Prometheus metrics"),
+    Route("accounts/login/", _methods((READ + ("POST",), ANYONE)), NONE, "sign in (throttled)"),
+    Route("accounts/logout/", {"POST": ANYONE}, NONE, "sign out"),
+    # Django's own login view, as the admin site builds it (PUT posts the form, OPTIONS lists them).
+    Route("admin/login/", _methods((READ + ("POST", "PUT", "OPTIONS"), ANYONE)), NONE, "the admin site's sign-in"),
+    Route("admin/…", _methods((ALL, ADMIN)), ADMIN_SITE, "the admin site: users, roles, API tokens, sign-in locks"),
+)
+
+WEBHOOK_ROUTES: tuple[Route, ...] = (
+    Route("webhook/validate", {"POST": API_SERVER}, TLS, "AdmissionReview in, AdmissionReview out"),
+    Route("healthz", _methods((READ, ANYONE)), NONE, "liveness"),
+    Route("readyz", _methods((READ, ANYONE)), NONE, "readiness"),
+    Route("metrics", _methods((READ, METRICS)), BEARER, "Prometheus metrics"),
+)
+
+# Served by WhiteNoise before any URLconf is asked.
+STATIC = Route("static/…", _methods((READ, ANYONE)), NONE, "CSS, htmx, icons")
+
+ROUTES = {"web": (*WEB_ROUTES, STATIC), "webhook": WEBHOOK_ROUTES}
+
+
+def route_for(role: str, path: str) -> Route | None:
+    """The row of ``path`` (a normalised URLconf route) among ``role``'s: an exact row first."""
+    rows = ROUTES[role]
+    exact = [r for r in rows if r.path == path]
+    return exact[0] if exact else next((r for r in rows if r.covers(path)), None)
+
+
+def markdown() -> str:
+    """README's Access table, from the rows above."""
+    lines = []
+    for role, rows in ROUTES.items():
+        lines += [
+            f"**{role} role** (`KARPWEB_ROLE={role}`)",
+            "",
+            "| path | method: who | proof | what |",
+            "|---|---|---|---|",
+        ]
+        for row in rows:
+            by_who: dict[str, list[str]] = {}
+            for method, who in row.methods.items():
+                by_who.setdefault(who, []).append(method)
+            methods = "; ".join(f"{', '.join(ms)}: {who}" for who, ms in by_who.items())
+            if row.any_method and len(by_who) == 1:
+                methods = f"any it takes: {next(iter(by_who))}"
+            lines.append(f"| `/{row.path}` | {methods} | {row.auth} | {row.what} |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import secrets
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from provisioning.ui.access import ADMIN, ADMIN_PERMISSIONS, ROLES
+from provisioning.ui.access import ADMIN, ROLES, sync_role_groups
 
 NONE = "none"
 
@@ -30,8 +30,8 @@ class Command(BaseCommand):
             password = secrets.token_urlsafe(12)
             user = users.objects.create_user(username=username, password=password)
             self.stdout.write(f"Created user {username} / {password}")
-        groups = {name: Group.objects.get_or_create(name=name)[0] for name in ROLES}
-        groups[ADMIN].permissions.set(Permission.objects.filter(codename__in=ADMIN_PERMISSIONS))
+        sync_role_groups()
+        groups = {group.name: group for group in Group.objects.filter(name__in=ROLES)}
         user.groups.remove(*groups.values())
         if role != NONE:
             user.groups.add(groups[role])

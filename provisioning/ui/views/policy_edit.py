@@ -10,7 +10,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from provisioning.crd import ValidationResult
 from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource, EC2NodeClass
@@ -51,6 +51,7 @@ def _current(kind: str, name: str | None) -> CustomResource | None:
     return get_object_or_404(_model(kind), name=name)
 
 
+@require_http_methods(["GET", "HEAD", "POST"])
 @role_required(EDITOR)
 def policy_edit(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     current = _current(kind, name)
@@ -61,6 +62,7 @@ def policy_edit(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     return render(request, EDIT_TEMPLATE, _context(kind, current, editor, state, None))
 
 
+@require_http_methods(["GET", "HEAD", "POST"])
 @role_required(EDITOR)
 def policy_create(request: HttpRequest, kind: str) -> HttpResponse:
     _model(kind)
@@ -143,6 +145,7 @@ def policy_apply(request: HttpRequest) -> HttpResponse:
     return redirect("provisioning:policy-detail", kind, applied.obj.name)
 
 
+@require_safe
 @role_required(EDITOR)
 def policy_revert(request: HttpRequest, kind: str, name: str, entry_id: int) -> HttpResponse:
     """Review a return to the version an audit entry recorded: what the change made or,
