@@ -5,9 +5,11 @@ metrics. The admission webhook is not among them: only the webhook role serves i
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django.views.decorators.http import require_safe
 
 from provisioning import health
 from provisioning.observability.views import metrics
+from provisioning.ui.access import no_role
 
 urlpatterns = [
     path("", include("provisioning.ui.urls")),
@@ -17,6 +19,7 @@ urlpatterns = [
     path("metrics", metrics, name="metrics"),
     # Only the methods a browser uses: no OPTIONS listing, no PUT that posts the form.
     path("accounts/login/", auth_views.LoginView.as_view(http_method_names=["get", "head", "post"]), name="login"),
+    path("accounts/no-role/", require_safe(no_role), name="no-role"),
     path("accounts/logout/", auth_views.LogoutView.as_view(http_method_names=["post"]), name="logout"),
     path("admin/", admin.site.urls),
 ]

@@ -81,15 +81,23 @@ def test_grant_none_takes_every_role_away():
 def test_a_user_without_a_role_sees_nothing_and_is_told_who_can_grant_one(client):
     grant("ada", ADMIN)
     User.objects.create_superuser("root", password="x")
-    client.force_login(User.objects.create_user("newcomer"))
-    for path in ("/", "/pods/", "/policies/", "/spend/", "/whatif/"):
-        page = client.get(path)
-        assert page.status_code == 403, path
+    newcomer = User.objects.create_user("newcomer")
+    client.force_login(newcomer)
+    for path in ("/", "/pods/", "/policies/", "/spend/", "/whatif/", "/policies/NodePool/x/edit/"):
+        sent = client.get(path)
+        assert sent.status_code == 302 and sent["Location"] == f"/accounts/no-role/?next={path}", path
+        page = client.get(sent["Location"])
+        assert page.status_code == 200, path
         text = page.content.decode()
         assert "You are signed in as newcomer, but you have no role in karpweb yet." in text
         assert "manage.py grant newcomer viewer" in text
         assert "<strong>ada</strong>, <strong>root</strong>" in text  # who can grant it
         assert "Pending pods" not in text  # no navigation to pages it cannot open
+    # Once granted, the same page sends them on to where they were going (never off this site).
+    grant("newcomer", VIEWER)
+    assert client.get("/accounts/no-role/?next=/pods/")["Location"] == "/pods/"
+    assert client.get("/accounts/no-role/?next=https://evil.example/")["Location"] == "/"
+    grant("newcomer", "none")
     api = client.get("/api/v1/nodepools/", HTTP_ACCEPT="application/json")
     assert api.status_code == 403
     assert api.json()["message"].startswith("You are signed in as newcomer, but you have no role in karpweb yet.")
@@ -309,6 +317,7 @@ CALLERS = (
 )
 METRICS_TOKEN = "a-metrics-token-of-at-least-32-characters"
 ALLOWED, LOGIN, ADMIN_LOGIN = "allowed", "redirect to /accounts/login/", "redirect to /admin/login/"
+NO_ROLE = "redirect to /accounts/no-role/"
 _RANK = {VIEWER: 0, EDITOR: 1, ADMIN: 2}
 
 
@@ -368,11 +377,15 @@ def expected(row: access.Route, method: str, caller: Caller) -> str:
         return ALLOWED if caller.bearer else "401"
     if row.auth == access.ADMIN_SITE:
         return ALLOWED if caller.session and caller.role == ADMIN else ADMIN_LOGIN
-    has_role = caller.role is not None and _RANK[caller.role] >= _RANK[who]
     if row.auth == access.PAGE:
         if not caller.session:
             return LOGIN
-        return ALLOWED if has_role else "403"
+        if who == access.SIGNED_IN:
+            return ALLOWED
+        if caller.role is None:
+            return NO_ROLE
+        return ALLOWED if _RANK[caller.role] >= _RANK[who] else "403"
+    has_role = caller.role is not None and _RANK[caller.role] >= _RANK[who]
     assert row.auth == access.API, row
     if not (caller.session or caller.token):
         return "401"
@@ -383,6 +396,8 @@ def answer(response, row: access.Route) -> str:
     location = response.get("Location", "") if response.status_code in (301, 302) else ""
     if location.startswith("/accounts/login/?next="):  # login_required's (a sign-out's has no next)
         return LOGIN
+    if location.startswith("/accounts/no-role/?next="):
+        return NO_ROLE
     if location.startswith("/admin/login/"):
         return ADMIN_LOGIN
     user = getattr(response.wsgi_request, "user", None)  # none where the role has no sessions

@@ -2,8 +2,9 @@
 admin also manages users and tokens.
 
 A role is a Django group of that name; a superuser is an admin. A signed-in user in no group
-has no role, and no access: every page answers 403 saying who can grant one. Checks compare
-ranks, so every editor is also a viewer.
+has no role, and no access: every page sends them to one saying so and who can grant one (as
+every page sends anonymous callers to sign in), the API answers 403. Checks compare ranks, so
+every editor is also a viewer.
 """
 
 from __future__ import annotations
@@ -83,11 +84,16 @@ def refusal(user: Any, role: str) -> str:
 
 
 def role_required(role: str) -> Callable:
-    """Sign-in first (a redirect to the login page), then the role (403 if it is missing)."""
+    """Sign-in first (a redirect to the login page), then any role at all (a redirect to the
+    page that says who grants one), then this role (403 if it is missing)."""
 
     def decorate(view: Callable) -> Callable:
         @wraps(view)
         def checked(request, *args, **kwargs):
+            if role_of(request.user) is None:
+                from django.contrib.auth.views import redirect_to_login
+
+                return redirect_to_login(request.get_full_path(), "no-role")
             if not has_role(request.user, role):
                 raise PermissionDenied(refusal(request.user, role))
             return view(request, *args, **kwargs)
@@ -97,12 +103,29 @@ def role_required(role: str) -> Callable:
     return decorate
 
 
-def permission_denied(request, exception: Exception | None = None):
-    """The 403 page (karpweb.urls' handler403): what is missing, and who can grant it."""
+def _explain(request, reason: str, status: int):
     from django.shortcuts import render
 
-    context = {"reason": str(exception or "") or "You may not see this page.", "admins": admins()}
-    return render(request, "403.html", context, status=403)
+    return render(request, "403.html", {"reason": reason, "admins": admins()}, status=status)
+
+
+@login_required
+def no_role(request):
+    """Where a signed-in user without a role is sent: what they lack and who can grant it. A
+    page of its own (200), like the sign-in page, not an error."""
+    from django.shortcuts import redirect
+    from django.utils.http import url_has_allowed_host_and_scheme
+
+    if role_of(request.user) is not None:  # granted meanwhile: on to where they were going
+        target = request.GET.get("next", "")
+        safe = url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure())
+        return redirect(target if safe and target else "provisioning:overview")
+    return _explain(request, refusal(request.user, VIEWER), 200)
+
+
+def permission_denied(request, exception: Exception | None = None):
+    """The 403 page (karpweb.urls' handler403): what is missing, and who can grant it."""
+    return _explain(request, str(exception or "") or "You may not see this page.", 403)
 
 
 def context(request) -> dict[str, Any]:
@@ -124,13 +147,15 @@ def context(request) -> dict[str, Any]:
 # (``manage.py access`` prints it; a test compares).
 
 ANYONE = "anyone"
+SIGNED_IN = "signed in"  # any signed-in user, with a role or without
 METRICS = "Prometheus"  # Authorization: Bearer KARPWEB_METRICS_TOKEN (open on a checkout)
 # Whoever reaches the webhook role's port: the NetworkPolicy and the webhook's own Service bring
 # the API server there, over TLS with the caBundle it was given; the request itself proves nothing.
 API_SERVER = "the API server"
 
 # How a caller proves who it is on a route; it decides what a refusal looks like.
-PAGE = "session"  # signed in at /accounts/login/: anonymous is sent there, a missing role gets 403
+PAGE = "session"  # signed in at /accounts/login/: anonymous is sent there, no role to /accounts/no-role/,
+# a missing role gets 403
 API = "token or session"  # Authorization: Token KEY, or the session: 401 without, 403 without the role
 ADMIN_SITE = "session, admin site"  # Django's admin site: whoever is not an admin is sent to its sign-in
 BEARER = "bearer token"  # /metrics: 401 without the token (403 in production while none is set)
@@ -225,6 +250,7 @@ WEB_ROUTES: tuple[Route, ...] = (
     Route("readyz", _methods((READ, ANYONE)), NONE, "readiness: database and Redis"),
     Route("metrics", _methods((READ, METRICS)), BEARER, "Prometheus metrics"),
     Route("accounts/login/", _methods((READ + ("POST",), ANYONE)), NONE, "sign in (throttled)"),
+    Route("accounts/no-role/", _methods((READ, SIGNED_IN)), PAGE, "where a user without a role is sent"),
     Route("accounts/logout/", {"POST": ANYONE}, NONE, "sign out"),
     # Django's own login view, as the admin site builds it (PUT posts the form, OPTIONS lists them).
     Route("admin/login/", _methods((READ + ("POST", "PUT", "OPTIONS"), ANYONE)), NONE, "the admin site's sign-in"),

@@ -125,7 +125,7 @@ def policy_delete(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     except Conflict as exc:
         # Show the new version: deleting it is a new decision, made on what is there now.
         context.update(conflict=str(exc), form=DeleteForm(initial={"expected_version": obj.resource_version}))
-        return render(request, "provisioning/policies/delete.html", context, status=409)
+        return render(request, "provisioning/policies/delete.html", context)  # 200: see policy_edit
     except NotFound:
         messages.info(request, f"{kind} {name} was already deleted.")
         return redirect("provisioning:policy-list")
