@@ -122,6 +122,11 @@ def test_production_defaults_suit_a_tls_ingress(tmp_path):
     )
 
 
+def test_a_role_that_does_not_exist_is_named(tmp_path):
+    done = settings_in(tmp_path, KARPWEB_ROLE="worker")
+    assert "KARPWEB_ROLE='worker': expected web or webhook" in done.stderr
+
+
 def test_a_checkout_keeps_its_embedded_defaults(tmp_path):
     """`make run` and the tests: no production, so no TLS assumptions and a key of its own."""
     done = settings_in(tmp_path)
