@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint crds manifests image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-disruption bench-interruption bench-ui fuzz-api fuzz-solver clean
+.PHONY: setup run test test-fast lint crds manifests check-deploy image image-check base-image bench-webhook bench-catalog bench-solver bench-pipeline bench-capacity bench-disruption bench-interruption bench-ui fuzz-api fuzz-solver clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,11 @@ OVERLAY ?= production
 manifests: setup
 	$(VENV)/bin/kubectl kustomize deploy/overlays/$(OVERLAY)
 
+# `manage.py check --deploy` with the settings the production overlay gives the web and webhook
+# pods (scripts/check_deploy.py): any warning fails.
+check-deploy: setup
+	$(PY) scripts/check_deploy.py
+
 # The image (Dockerfile), built with BuildKit: `make image`, then `make image-check` runs each role
 # of it the way deploy/ does. Where Docker Hub cannot be reached, `make base-image` first makes a
 # stand-in for the base from Debian's packages (scripts/base_image.sh, as root), and
@@ -65,6 +70,8 @@ image-check:
 base-image:
 	DOCKER=$(DOCKER) scripts/base_image.sh $(STANDIN_IMAGE)
 
+# The webhook role over plain HTTP and TLS at 200 reviews/s, each beside a bare WSGI app under the
+# same gunicorn measured in the same run (bench/bare_webhook.py).
 bench-webhook: setup
 	$(PY) bench/webhook_latency.py
 
@@ -82,7 +89,7 @@ bench-pipeline: setup
 # /metrics scrape; then how many admission reviews one webhook replica answers per second.
 bench-capacity: setup
 	$(PY) bench/capacity.py
-	$(PY) bench/webhook_latency.py --concurrency 8 --duration 15
+	$(PY) bench/webhook_latency.py --variants tls --concurrency 8 --duration 15
 
 # Disruption rounds on 1,000 nodes after 60% of their 10,000 pods went away, until nothing is
 # left to consolidate: round time, cost against the LP bound, evictions, PDB and do-not-disrupt

@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
 """Open-loop latency benchmark for the validating admission webhook (POST /webhook/validate),
-and a closed-loop throughput mode: how many reviews one replica answers per second.
+beside a bare WSGI app measured in the same run; and a closed-loop throughput mode.
 
-    .venv/bin/python bench/webhook_latency.py                    # start gunicorn, 200 req/s for 20 s
-    .venv/bin/python bench/webhook_latency.py --rate 500 --duration 10 --workers 4
+    .venv/bin/python bench/webhook_latency.py                    # 200 req/s for 20 s, plain and TLS, each
+                                                                 # against the bare app and karpweb
+    .venv/bin/python bench/webhook_latency.py --variants tls --rate 500 --duration 10 --workers 4
     .venv/bin/python bench/webhook_latency.py --concurrency 16   # throughput: 16 clients back to back
     .venv/bin/python bench/webhook_latency.py --url https://127.0.0.1:8443/webhook/validate \\
         --ca var/webhook-certs/ca.crt                            # a server that is already running
 
-Without --url it makes certificates (manage.py webhook_certs), migrates a throw-away SQLite database
-and starts gunicorn exactly as deployed (deploy/gunicorn.conf.py, KARPWEB_ROLE=webhook, TLS) on a free
-port of 127.0.0.1, and stops it at the end, also on Ctrl-C.
+Without --url, for each variant (plain HTTP, TLS) it starts two servers in turn, never together:
+the bare WSGI app of bench/bare_webhook.py (reads the review, echoes its uid; no Django) and
+karpweb's webhook role, both with exactly the deployed gunicorn settings (deploy/gunicorn.conf.py,
+KARPWEB_ROLE=webhook, the same --workers/--threads; WEBHOOK_TLS=false for plain) on a free port of
+127.0.0.1, against certificates from manage.py webhook_certs and a throw-away migrated SQLite
+database, and stops each at the end, also on Ctrl-C. The bare app's figures are the floor this
+machine, gunicorn, HTTP and TLS set in this run: karpweb's minus the bare app's is karpweb's own
+cost, and a slow run shows up in both. A summary table of all four closes the output.
 
 Open loop, without coordinated omission: request i is due at start + i/rate whether or not earlier
 requests have been answered, and its latency is measured from that due time, not from the moment a
@@ -19,17 +25,19 @@ thread whenever none is idle, so a slow response never holds back the next send 
 falls behind, that shows up as latency and in the "send lag" line, never as a silently lower rate).
 
 Requests are AdmissionReview (admission.k8s.io/v1) CREATEs of the seed NodePool "general" and
-EC2NodeClass "default" (2:1), over HTTPS verifying the CA. Connections are reused when the server keeps
-them alive; gunicorn's sync worker closes every connection, so then each request includes a TCP + TLS
-handshake, which is also what the API server pays against that server (the output says which).
-Latency percentiles cover every request, failed ones included (a timeout counts as its full wait).
+EC2NodeClass "default" (2:1), over HTTPS verifying the CA (or plain HTTP). Connections are reused when
+the server keeps them alive; gunicorn's sync worker closes every connection, so then each request
+includes a TCP (+ TLS) handshake, which is also what the API server pays against that server (the
+output says which). Latency percentiles cover every request, failed ones included (a timeout counts as
+its full wait).
 
 With --concurrency N there is no schedule: N clients each send their next request as soon as the last
 is answered, for --duration seconds, which finds the most the server answers (its capacity, measured
 with the client on the same machine: the CPU time the client used is printed beside it).
 
-Stdlib only. Loopback only, bounded: at most --rate x --duration requests (plus the 2 s warm-up), each
-with a 5 s timeout (the API server's timeoutSeconds); in throughput mode at most --duration seconds.
+Stdlib only. Loopback only, bounded: at most --rate x --duration requests per server (plus the 2 s
+warm-up), each with a 5 s timeout (the API server's timeoutSeconds); in throughput mode at most
+--duration seconds per server.
 """
 
 from __future__ import annotations
@@ -157,39 +165,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Gunicorn:
-    """gunicorn in the webhook role against a throw-away SQLite database; always stopped."""
+APPS = {
+    "bare": ("bench.bare_webhook:application", "bare WSGI app (echoes the uid)"),
+    "karpweb": ("karpweb.wsgi:application", "karpweb webhook role"),
+}
+VARIANTS = ("plain", "tls")
 
-    def __init__(self, workers: int, threads: int):
-        self.workers = workers
-        self.threads = threads
+
+class Workspace:
+    """What every server of a run shares: certificates and a migrated throw-away SQLite database."""
+
+    def __init__(self) -> None:
         self.tmp = tempfile.TemporaryDirectory(prefix="karpweb-bench-")
         self.dir = Path(self.tmp.name)
         self.certs = self.dir / "certs"
-        self.log_path = self.dir / "gunicorn.log"
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "karpweb.settings",
             "DATABASE_URL": f"sqlite:///{self.dir / 'bench.sqlite3'}",
             "KARPWEB_VAR_DIR": str(self.dir),
-            "SECRET_KEY": secrets.token_urlsafe(40),
+            "SECRET_KEY": secrets.token_urlsafe(50),
             "DEBUG": "0",
             "KARPWEB_ROLE": "webhook",
-            "BIND": f"127.0.0.1:{self.port}",
-            "WEBHOOK_CONCURRENCY": str(workers),
-            "WEBHOOK_THREADS": str(threads),
             "WEBHOOK_CERT_FILE": str(self.certs / "tls.crt"),
             "WEBHOOK_KEY_FILE": str(self.certs / "tls.key"),
             "PYTHONUNBUFFERED": "1",
         }
-        for name in ("PORT", "WEBHOOK_PORT", "WEB_CONCURRENCY", "WEBHOOK_ACCESS_LOG"):
+        unset = ("PORT", "WEBHOOK_PORT", "WEB_CONCURRENCY", "WEBHOOK_ACCESS_LOG", "KARPWEB_PRODUCTION", "REDIS_URL")
+        for name in unset:
             self.env.pop(name, None)
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}/webhook/validate"
 
     @property
     def ca(self) -> Path:
@@ -201,21 +205,56 @@ class Gunicorn:
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(args[:1])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
 
-    def start(self) -> None:
+    def prepare(self) -> None:
         print(f"preparing: certificates and a migrated SQLite database in {self.dir}", flush=True)
         self._manage("webhook_certs", "--out", str(self.certs), "-v", "0")
         self._manage("migrate", "--noinput", "-v", "0")
+
+    def cleanup(self) -> None:
+        self.tmp.cleanup()
+
+
+class Gunicorn:
+    """One app under gunicorn with the webhook role's settings, plain or TLS; always stopped."""
+
+    def __init__(self, workspace: Workspace, app: str, tls: bool, workers: int, threads: int):
+        self.app_uri, self.label = APPS[app]
+        self.tls = tls
+        self.ca = workspace.ca
+        self.workers = workers
+        self.threads = threads
+        self.port = free_port()
+        self.log_path = workspace.dir / f"gunicorn-{app}-{'tls' if tls else 'plain'}.log"
+        self.proc: subprocess.Popen | None = None
+        self.env = {
+            **workspace.env,
+            "BIND": f"127.0.0.1:{self.port}",
+            "WEBHOOK_CONCURRENCY": str(workers),
+            "WEBHOOK_THREADS": str(threads),
+            "WEBHOOK_TLS": "true" if tls else "false",
+        }
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/webhook/validate"
+
+    @property
+    def shape(self) -> str:
+        kind = "sync worker(s)" if self.threads == 1 else f"gthread worker(s) x {self.threads} threads"
+        return f"{self.workers} {kind}, {'TLS' if self.tls else 'plain HTTP'}"
+
+    def start(self) -> None:
         gunicorn = Path(venv_python()).parent / "gunicorn"
         cmd = [str(gunicorn)] if gunicorn.exists() else [venv_python(), "-m", "gunicorn"]
-        cmd += ["-c", str(REPO / "deploy" / "gunicorn.conf.py"), "karpweb.wsgi:application"]
+        # The same configuration file for both apps: only the application differs.
+        cmd += ["-c", str(REPO / "deploy" / "gunicorn.conf.py"), self.app_uri]
         log = self.log_path.open("wb")
         # Own session: Ctrl-C in the terminal reaches only this script, which then stops gunicorn.
         self.proc = subprocess.Popen(
             cmd, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
-        shape = f"{self.workers} worker(s) x {self.threads} thread(s)"
-        print(f"started: gunicorn pid {self.proc.pid}, {shape}, {self.url}", flush=True)
+        print(f"started: {self.label}, gunicorn pid {self.proc.pid}, {self.shape}, {self.url}", flush=True)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -238,7 +277,6 @@ class Gunicorn:
             except ProcessLookupError:
                 pass
             print(f"stopped: gunicorn pid {proc.pid}", flush=True)
-        self.tmp.cleanup()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -500,7 +538,25 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[rank - 1]
 
 
-def report(res: Results, rate: float, duration: float, client: Client, server: str, per_second: bool = False) -> None:
+@dataclass
+class Figures:
+    """One server's line of the closing summary."""
+
+    server: str
+    variant: str
+    app: str
+    p50: float
+    p90: float
+    p99: float
+    max: float
+    errors: int
+    rate: float  # answered correctly per second (open loop) or throughput (closed loop)
+
+
+def report(
+    res: Results, rate: float, duration: float, client: Client, server: str, per_second: bool = False
+) -> tuple[float, float, float, float, int, float]:
+    """Print one run's figures; return (p50, p90, p99, max, errors, answered correctly per second)."""
     lat = sorted(res.latencies_ms)
     lags = sorted(res.lags_ms)
     answered = len(lat)
@@ -554,9 +610,14 @@ def report(res: Results, rate: float, duration: float, client: Client, server: s
                 f"  {sec:6d}  {len(values):8d}  {percentile(values, 50):9.2f}  {percentile(values, 99):9.2f}"
                 f"  {values[-1]:9.2f}"
             )
+    top = lat[-1] if lat else float("nan")
+    return percentile(lat, 50), percentile(lat, 90), p99, top, errors, ok / span
 
 
-def report_throughput(res: Results, concurrency: int, client: Client, server: str, cpu_seconds: float) -> None:
+def report_throughput(
+    res: Results, concurrency: int, client: Client, server: str, cpu_seconds: float
+) -> tuple[float, float, float, float, int, float]:
+    """Print one run's figures; return (p50, p90, p99, max, errors, reviews answered per second)."""
     lat = sorted(res.latencies_ms)
     ok = sum(res.verdicts.values())
     errors = sum(res.errors.values())
@@ -579,6 +640,59 @@ def report_throughput(res: Results, concurrency: int, client: Client, server: st
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
     print()
+    top = lat[-1] if lat else float("nan")
+    return percentile(lat, 50), percentile(lat, 90), percentile(lat, 99), top, errors, ok / span
+
+
+def summary(figures: list[Figures], throughput: bool) -> None:
+    """Every server of the run side by side, karpweb's beside the bare app's of the same variant."""
+    print("\nsummary (measured one after the other in this run, on this machine)\n")
+    rate = "reviews/s" if throughput else "answered/s"
+    print(f"  {'server':<44} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7} {rate:>11}")
+    for f in figures:
+        print(
+            f"  {f.server:<44} {f.p50:8.2f} {f.p90:8.2f} {f.p99:8.2f} {f.max:8.2f} {f.errors:7d} {f.rate:11.1f}"
+        )
+    print()
+    for variant in VARIANTS:
+        base = next((f for f in figures if f.variant == variant and f.app == "bare"), None)
+        ours = next((f for f in figures if f.variant == variant and f.app == "karpweb"), None)
+        if base is None or ours is None:
+            continue
+        line = (
+            f"  {variant}: karpweb minus the bare app: p50 {ours.p50 - base.p50:+.2f} ms, "
+            f"p99 {ours.p99 - base.p99:+.2f} ms"
+        )
+        if not throughput:
+            met = ours.p99 < TARGET_P99_MS and not ours.errors
+            line += f"; karpweb p99 < {TARGET_P99_MS:g} ms: {'MET' if met else 'NOT MET'}"
+        print(line)
+
+
+def measure(server: Gunicorn, args: argparse.Namespace, stop: threading.Event, variant: str, app: str) -> Figures:
+    """Start ``server``, warm it up, measure it, stop it; its figures."""
+    client = None
+    try:
+        server.start()
+        client = Client(server.url, server.ca if server.tls else None)
+        label = f"{server.label}, {server.shape}"
+        wait_until_up(client, server)
+        if args.concurrency:
+            run_closed(client, args.concurrency, WARMUP_SECONDS, "warm-up", stop)
+            client.opened = client.closed_by_server = 0
+            cpu = time.process_time()
+            res = run_closed(client, args.concurrency, args.duration, "measuring", stop)
+            figures = report_throughput(res, args.concurrency, client, label, time.process_time() - cpu)
+        else:
+            run_phase(client, args.rate, WARMUP_SECONDS, "warm-up", stop)
+            client.opened = client.closed_by_server = 0  # count the measured phase only
+            res = run_phase(client, args.rate, args.duration, "measuring", stop)
+            figures = report(res, args.rate, args.duration, client, label, per_second=args.per_second)
+        return Figures(f"{server.label}, {variant}", variant, app, *figures)
+    finally:
+        if client is not None:
+            client.close()
+        server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -589,7 +703,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--threads", type=int, default=4, help="threads per worker, as WEBHOOK_THREADS; 1 = sync worker (default 4)"
     )
-    ap.add_argument("--url", help="benchmark this running server (loopback only) instead of starting one")
+    ap.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="comma-separated: plain (HTTP), tls (as deployed); each is measured for both apps (default both)",
+    )
+    ap.add_argument(
+        "--apps",
+        default=",".join(APPS),
+        help="comma-separated: bare (the baseline), karpweb (the webhook role) (default both)",
+    )
+    ap.add_argument("--url", help="benchmark this running server (loopback only) instead of starting any")
     ap.add_argument("--ca", type=Path, help="CA to verify --url with (default <var>/webhook-certs/ca.crt)")
     ap.add_argument("--per-second", action="store_true", help="also print latency by second of the run")
     ap.add_argument(
@@ -604,6 +728,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--workers/--threads: expected 1..64")
     if args.concurrency is not None and not 1 <= args.concurrency <= 256:
         ap.error("--concurrency: expected 1..256")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    apps = [a.strip() for a in args.apps.split(",") if a.strip()]
+    if not variants or set(variants) - set(VARIANTS):
+        ap.error(f"--variants {args.variants!r}: expected a comma-separated choice of {', '.join(VARIANTS)}")
+    if not apps or set(apps) - set(APPS):
+        ap.error(f"--apps {args.apps!r}: expected a comma-separated choice of {', '.join(APPS)}")
 
     stop = threading.Event()
 
@@ -611,35 +741,19 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    if args.url:
+        return measure_running(args, stop)
+    workspace = Workspace()
     server = None
-    client = None
+    figures: list[Figures] = []
     try:
-        if args.url:
-            var = Path(os.environ.get("KARPWEB_VAR_DIR") or REPO / "var")
-            ca = args.ca or var / "webhook-certs" / "ca.crt"
-            client = Client(args.url, ca if args.url.startswith("https") else None)
-            label = f"{args.url} (already running)"
-        else:
-            server = Gunicorn(args.workers, args.threads)
-            server.start()
-            client = Client(server.url, server.ca)
-            label = (
-                f"gunicorn webhook role, {args.workers} sync worker(s)"
-                if args.threads == 1
-                else (f"gunicorn webhook role, {args.workers} gthread worker(s) x {args.threads} threads")
-            )
-        wait_until_up(client, server)
-        if args.concurrency:
-            run_closed(client, args.concurrency, WARMUP_SECONDS, "warm-up", stop)
-            client.opened = client.closed_by_server = 0
-            cpu = time.process_time()
-            res = run_closed(client, args.concurrency, args.duration, "measuring", stop)
-            report_throughput(res, args.concurrency, client, label, time.process_time() - cpu)
-            return 0
-        run_phase(client, args.rate, WARMUP_SECONDS, "warm-up", stop)
-        client.opened = client.closed_by_server = 0  # count the measured phase only
-        res = run_phase(client, args.rate, args.duration, "measuring", stop)
-        report(res, args.rate, args.duration, client, label, per_second=args.per_second)
+        workspace.prepare()
+        for variant in variants:
+            for app in apps:  # the baseline first, then karpweb, each alone on the machine
+                server = Gunicorn(workspace, app, variant == "tls", args.workers, args.threads)
+                figures.append(measure(server, args, stop, variant, app))
+                server = None
+        summary(figures, throughput=bool(args.concurrency))
         return 0
     except KeyboardInterrupt:
         stop.set()
@@ -651,10 +765,40 @@ def main(argv: list[str] | None = None) -> int:
             print(server.log_tail(), file=sys.stderr)
         return 1
     finally:
-        if client is not None:
-            client.close()
         if server is not None:
             server.stop()
+        workspace.cleanup()
+
+
+def measure_running(args: argparse.Namespace, stop: threading.Event) -> int:
+    """--url: one server already running; no baseline can be measured beside it."""
+    var = Path(os.environ.get("KARPWEB_VAR_DIR") or REPO / "var")
+    ca = args.ca or var / "webhook-certs" / "ca.crt"
+    client = Client(args.url, ca if args.url.startswith("https") else None)
+    label = f"{args.url} (already running; no same-run baseline: run without --url for one)"
+    try:
+        wait_until_up(client, None)
+        if args.concurrency:
+            run_closed(client, args.concurrency, WARMUP_SECONDS, "warm-up", stop)
+            client.opened = client.closed_by_server = 0
+            cpu = time.process_time()
+            res = run_closed(client, args.concurrency, args.duration, "measuring", stop)
+            report_throughput(res, args.concurrency, client, label, time.process_time() - cpu)
+        else:
+            run_phase(client, args.rate, WARMUP_SECONDS, "warm-up", stop)
+            client.opened = client.closed_by_server = 0
+            res = run_phase(client, args.rate, args.duration, "measuring", stop)
+            report(res, args.rate, args.duration, client, label, per_second=args.per_second)
+        return 0
+    except KeyboardInterrupt:
+        stop.set()
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
 
 
 def wait_until_up(client: Client, server: Gunicorn | None) -> None:

@@ -3,7 +3,8 @@
     KARPWEB_ROLE=web      (default) the dashboard/API: plain HTTP on 0.0.0.0:$PORT (8000); TLS is
                           terminated by the ingress/load balancer in front.
     KARPWEB_ROLE=webhook  the validating admission webhook: HTTPS on 0.0.0.0:$WEBHOOK_PORT (8443),
-                          called only by the Kubernetes API server.
+                          called only by the Kubernetes API server. Django serves this role's own
+                          URLconf (karpweb/urls_webhook.py): the webhook, its probes and /metrics.
 
     gunicorn -c deploy/gunicorn.conf.py karpweb.wsgi:application
 
@@ -15,6 +16,8 @@ Environment (all optional):
     WEBHOOK_PORT         webhook port (8443)
     WEBHOOK_CONCURRENCY  webhook worker processes (2)
     WEBHOOK_THREADS      threads per webhook worker (4 = gthread, keeps connections alive; 1 = sync)
+    WEBHOOK_TLS          false: the webhook role serves plain HTTP (a check or benchmark without
+                         certificates; the API server itself only calls HTTPS) (true)
     WEBHOOK_CERT_FILE    serving certificate (<var>/webhook-certs/tls.crt)
     WEBHOOK_KEY_FILE     serving key (<var>/webhook-certs/tls.key)
     WEBHOOK_ACCESS_LOG   1 to log every admission request (off)
@@ -141,17 +144,21 @@ else:
     # An access log line per admission call costs a write on the hot path; off unless asked for.
     accesslog = "-" if _flag("WEBHOOK_ACCESS_LOG") else None
 
-    certs = VAR_DIR / "webhook-certs"
-    certfile = os.environ.get("WEBHOOK_CERT_FILE") or str(certs / "tls.crt")
-    keyfile = os.environ.get("WEBHOOK_KEY_FILE") or str(certs / "tls.key")
-    # Fail at start with a clear message instead of an ssl traceback from every worker.
-    for _path in (certfile, keyfile):
-        if not os.access(_path, os.R_OK):
-            sys.exit(
-                f"gunicorn.conf.py: webhook role needs a readable {_path}; run "
-                "`python manage.py webhook_certs` or set WEBHOOK_CERT_FILE/WEBHOOK_KEY_FILE "
-                "(cert-manager: mount the karpweb-webhook-tls Secret)"
-            )
+    _tls = (os.environ.get("WEBHOOK_TLS") or "true").strip().lower()
+    if _tls not in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
+        sys.exit(f"gunicorn.conf.py: WEBHOOK_TLS={_tls!r}: expected true or false")
+    if _tls in {"1", "true", "yes", "on"}:
+        certs = VAR_DIR / "webhook-certs"
+        certfile = os.environ.get("WEBHOOK_CERT_FILE") or str(certs / "tls.crt")
+        keyfile = os.environ.get("WEBHOOK_KEY_FILE") or str(certs / "tls.key")
+        # Fail at start with a clear message instead of an ssl traceback from every worker.
+        for _path in (certfile, keyfile):
+            if not os.access(_path, os.R_OK):
+                sys.exit(
+                    f"gunicorn.conf.py: webhook role needs a readable {_path}; run "
+                    "`python manage.py webhook_certs` or set WEBHOOK_CERT_FILE/WEBHOOK_KEY_FILE "
+                    "(cert-manager: mount the karpweb-webhook-tls Secret), or WEBHOOK_TLS=false for plain HTTP"
+                )
 
 
 def post_worker_init(worker):

@@ -6,6 +6,7 @@ starts, the simulated cluster and the simulated AWS).
 from __future__ import annotations
 
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -14,24 +15,39 @@ from django.core.exceptions import ImproperlyConfigured
 
 from karpweb.env import env_bool, env_float, env_int, env_list, env_str
 from karpweb.redisconf import sentinels
+from karpweb.secret import local_secret_key, production_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("KARPWEB_VAR_DIR", str(BASE_DIR / "var")))
 
+# Production (the image's ConfigMap sets it): secrets must be given and real, cookies and
+# redirects assume a TLS ingress in front, /metrics wants its token. A checkout (`make run`,
+# the tests) runs without it on embedded defaults.
+KARPWEB_PRODUCTION = env_bool("KARPWEB_PRODUCTION", False)
 DEBUG = env_bool("DEBUG", False)
-# A key generated per checkout keeps sessions valid across restarts without a secret in git.
+if KARPWEB_PRODUCTION and DEBUG:
+    raise ImproperlyConfigured(
+        "DEBUG=true with KARPWEB_PRODUCTION=true: debug pages show settings and source to whoever "
+        "reaches them; unset DEBUG"
+    )
 SECRET_KEY = env_str("SECRET_KEY")
-if not SECRET_KEY:
-    from karpweb.secret import local_secret_key
-
+if KARPWEB_PRODUCTION:
+    SECRET_KEY = production_secret("SECRET_KEY", SECRET_KEY, minimum=50)
+elif not SECRET_KEY:
+    # A key made once per checkout keeps sessions valid across restarts without a secret in git.
     SECRET_KEY = local_secret_key(VAR_DIR)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+# The pod's own address (the downward API's status.podIP): Prometheus scrapes a pod by it, and
+# the Host check (which /metrics passes like every other URL) must allow it.
+if env_str("POD_IP").strip():
+    ALLOWED_HOSTS.append(env_str("POD_IP").strip())
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
+    "axes",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
@@ -48,13 +64,19 @@ INSTALLED_APPS = [
     "provisioning",
 ]
 
-MIDDLEWARE = [
+# Which process this is: "web" (the dashboard, the REST API, the admin site) or "webhook" (the
+# admission webhook alone, for the API server). Each serves its own URLconf through its own
+# middleware, so neither answers the other's URLs. deploy/gunicorn.conf.py reads it too.
+KARPWEB_ROLE = env_str("KARPWEB_ROLE", "web").strip().lower() or "web"
+if KARPWEB_ROLE not in ("web", "webhook"):
+    raise ImproperlyConfigured(f"KARPWEB_ROLE={KARPWEB_ROLE!r}: expected web or webhook")
+
+WEB_MIDDLEWARE = [
     "karpweb.logs.RequestIdMiddleware",
-    # Before anything that checks the Host header: Prometheus scrapes a pod by its IP.
-    "provisioning.observability.views.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The Host check (request.get_host()) for every URL, /metrics included.
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -62,9 +84,26 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it answers a locked-out sign-in.
+    "axes.middleware.AxesMiddleware",
 ]
-
-ROOT_URLCONF = "karpweb.urls"
+# The API server is the webhook's only caller: no sessions, users, messages or pages, so only
+# what every response needs. CSRF (the webhook view is exempt) and frame options cost
+# microseconds and keep this role's `check --deploy` as clean as the web's.
+WEBHOOK_MIDDLEWARE = [
+    "karpweb.logs.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+URLCONFS = {"web": "karpweb.urls", "webhook": "karpweb.urls_webhook"}
+if KARPWEB_ROLE == "webhook":
+    # No admin site and no sign-in on the webhook's port: their apps would want the session,
+    # user, message and login-throttle middleware that this role leaves out.
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app not in ("django.contrib.admin", "axes")]
+MIDDLEWARE = WEBHOOK_MIDDLEWARE if KARPWEB_ROLE == "webhook" else WEB_MIDDLEWARE
+ROOT_URLCONF = URLCONFS[KARPWEB_ROLE]
 WSGI_APPLICATION = "karpweb.wsgi.application"
 
 TEMPLATES = [
@@ -121,6 +160,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Sign-in throttling (django-axes, its attempts in the database): after
+# KARPWEB_LOGIN_FAILURE_LIMIT failed sign-ins for one user name, or from one address, the next
+# ones for it are refused (429, provisioning/ui/lockout.py) until
+# KARPWEB_LOGIN_COOLOFF_MINUTES have passed or an admin deletes the attempts in the admin site.
+# The admin site's sign-in goes through the same backend.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("KARPWEB_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("KARPWEB_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "provisioning.ui.lockout.locked_out"
+AXES_CLIENT_IP_CALLABLE = "karpweb.clientip.client_ip"
+# Proxies in front of the web pods that append the address they saw to X-Forwarded-For (the
+# ingress controller: 1): the client's address is that many entries from the right. 0 trusts no
+# header and takes the connection's address (behind a proxy: the proxy's, shared by everyone).
+KARPWEB_TRUSTED_PROXIES = env_int("KARPWEB_TRUSTED_PROXIES", 1 if KARPWEB_PRODUCTION else 0)
+if AXES_FAILURE_LIMIT < 1:
+    raise ImproperlyConfigured(f"KARPWEB_LOGIN_FAILURE_LIMIT={AXES_FAILURE_LIMIT}: expected 1 or more")
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "provisioning:overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -162,8 +219,26 @@ CONTENT_SECURITY_POLICY = {
     }
 }
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", KARPWEB_PRODUCTION)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Behind a TLS ingress: the ingress tells the scheme it was reached by in this header (it must
+# set it, overwriting a client's), so Django knows a request was HTTPS. Empty: trust no header.
+_proxy_ssl_header = env_str("SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto" if KARPWEB_PRODUCTION else "").strip()
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https") if _proxy_ssl_header else None
+)
+# Plain HTTP is redirected to HTTPS, except what the kubelet and Prometheus ask for inside the
+# cluster, over the pod's plain port.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", KARPWEB_PRODUCTION)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+# HSTS: browsers use HTTPS only for this host (and its subdomains) for a year.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if KARPWEB_PRODUCTION else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", KARPWEB_PRODUCTION)
+# Preloading is the domain owner's decision (anyone may submit a domain whose header says
+# "preload" to the browsers' list, which is slow to leave), so it is off unless asked for, and
+# `check --deploy` is not to warn about it.
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 
 # A manifest larger than this is refused before it is parsed (the Kubernetes API server
 # refuses request bodies over 3 MiB).
@@ -192,8 +267,8 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"user": env_str("KARPWEB_API_RATE", "1200/minute")},
+    "DEFAULT_THROTTLE_CLASSES": ["provisioning.rest.throttling.PerToken"],
+    "DEFAULT_THROTTLE_RATES": {"token": env_str("KARPWEB_API_RATE", "1200/minute")},
     "EXCEPTION_HANDLER": "provisioning.rest.errors.handle",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -204,6 +279,8 @@ SPECTACULAR_SETTINGS = {
     "and what-if plans. Authenticate with `Authorization: Token KEY` (manage.py drf_create_token USER).",
     "VERSION": "v1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and Swagger UI describe what a viewer may read: a viewer's token or session.
+    "SERVE_PERMISSIONS": ["provisioning.rest.permissions.ByRole"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
@@ -321,17 +398,21 @@ LOGGING = {
         "console": {"class": "logging.StreamHandler", "formatter": KARPWEB_LOG_FORMAT, "filters": ["context"]}
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # django-axes' routine lines (its start, each successful sign-in) are info; failed sign-ins
+    # and lockouts are warnings, and still come.
+    "loggers": {"axes": {"level": "WARNING"}},
 }
 
 # Metrics (provisioning/observability): /metrics answers Prometheus; with a token set it wants
-# `Authorization: Bearer <token>`. Of the web replicas, the one holding a lease in Redis adds the
+# `Authorization: Bearer <token>`, and in production it answers nobody until one is set. Of the
+# web replicas, the one holding a lease in Redis adds the
 # cluster's state from the database, so a sum over replicas counts each pod and node once.
 KARPWEB_METRICS_TOKEN = env_str("KARPWEB_METRICS_TOKEN")
+if KARPWEB_PRODUCTION and KARPWEB_METRICS_TOKEN:
+    KARPWEB_METRICS_TOKEN = production_secret("KARPWEB_METRICS_TOKEN", KARPWEB_METRICS_TOKEN, minimum=32)
 KARPWEB_METRICS_LEASE_SECONDS = env_float("KARPWEB_METRICS_LEASE_SECONDS", 90.0)
 # karpenter_pods_state has a series per pod: at most this many, pending pods first.
 KARPWEB_METRICS_MAX_POD_SERIES = env_int("KARPWEB_METRICS_MAX_POD_SERIES", 5000)
-# Which gunicorn role this process serves (deploy/gunicorn.conf.py reads the same variable).
-KARPWEB_ROLE = env_str("KARPWEB_ROLE", "web").strip().lower() or "web"
 
 # The cloud: "simulated" (default) is the moto server `make run` starts and points boto3 at
 # (AWS_ENDPOINT_URL); "aws" is real AWS with the usual credential chain.

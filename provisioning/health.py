@@ -6,12 +6,15 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_safe
 
 
+@require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+@require_safe
 def readyz(request: HttpRequest) -> JsonResponse:
     checks = {"database": _database(), "redis": _redis()}
     ready = all(v in ("ok", "not configured") for v in checks.values())

@@ -158,11 +158,11 @@ def wait_until(what: str, ready, timeout: float, container: tuple[Docker, str] |
     raise CheckFailed(f"timed out after {timeout:g} s waiting for {what}{detail}{logs}")
 
 
-def http_get(port: int, path: str, *, context: ssl.SSLContext | None = None, host: str = "localhost"):
+def http_get(port: int, path: str, *, context: ssl.SSLContext | None = None, host: str = "localhost", headers=None):
     """(status, headers, body) of a GET to 127.0.0.1:port, with the Host header the probes send."""
     conn = connect(port, context, host)
     try:
-        conn.request("GET", path, headers={"Host": host})
+        conn.request("GET", path, headers={"Host": host, **(headers or {})})
         response = conn.getresponse()
         return response.status, dict(response.getheaders()), response.read()
     finally:
@@ -358,7 +358,8 @@ def check(docker: Docker, options) -> None:
     status, _, body = http_get(port, "/readyz")
     if json.loads(body)["checks"] != {"database": "ok", "redis": "ok"}:
         raise CheckFailed(f"web /readyz: {status} {body[:300]!r}")
-    status, headers, body = http_get(port, f"/static/{HTMX}")
+    # As through the TLS ingress, which says so in X-Forwarded-Proto (production redirects plain HTTP).
+    status, headers, body = http_get(port, f"/static/{HTMX}", headers={"X-Forwarded-Proto": "https"})
     if status != 200 or body != (ROOT / "static" / HTMX).read_bytes():
         raise CheckFailed(f"web /static/{HTMX}: {status}, {len(body)} bytes, not the vendored file")
     kind = headers.get("Content-Type", "")
@@ -478,12 +479,13 @@ def main() -> int:
 
     env = {
         # The ConfigMap karpweb-config (deploy/base/kustomization.yaml), cluster and AWS left simulated.
-        "SECURE_COOKIES": "true",
+        "KARPWEB_PRODUCTION": "true",
         "LOG_LEVEL": "INFO",
         "KARPWEB_LOG_FORMAT": "json",
         "ALLOWED_HOSTS": "localhost",
         # The Secret karpweb-env.
         "SECRET_KEY": secrets.token_urlsafe(50),
+        "KARPWEB_METRICS_TOKEN": secrets.token_urlsafe(32),
         "DATABASE_URL": options.database_url,
         "REDIS_URL": options.redis_url,
     }

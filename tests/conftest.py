@@ -64,3 +64,12 @@ def seed_nodepool():
 @pytest.fixture
 def seed_ec2nodeclass():
     return yaml.safe_load((FIXTURES / "seed" / "ec2nodeclass.yaml").read_text())
+
+
+@pytest.fixture
+def webhook_role(settings):
+    """Requests served as the webhook role's process serves them: its URLconf and middleware."""
+    settings.KARPWEB_ROLE = "webhook"
+    settings.ROOT_URLCONF = settings.URLCONFS["webhook"]
+    settings.MIDDLEWARE = settings.WEBHOOK_MIDDLEWARE
+    return settings

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from provisioning.services import cloud as cloud_service
 from provisioning.services import connections, launchbatch, provision
 from provisioning.services.policy import apply_manifest
 from provisioning.services.simulate import default_solver
+from provisioning.ui.views import policy_edit
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "test-artifacts" / "screenshots"
@@ -59,13 +61,22 @@ def page(browser, live_server, transactional_db):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.set_default_timeout(15_000)
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    # Everything the console shows a person: errors (a failed resource, the content security
+    # policy, htmx's own), warnings and logs alike, and uncaught exceptions.
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text} ({m.location.get('url', '')})"))
+    page.on("pageerror", lambda exc: console.append(f"uncaught: {exc}"))
+    page.console = console  # type: ignore[attr-defined]
     page.base = live_server.url  # type: ignore[attr-defined]
     yield page
     context.close()
-    # A page that broke its own script or hit the content security policy is a failure.
-    assert not errors, errors
+    assert not console, console
+
+
+def clean_console(page, after: str) -> None:
+    """Nothing in the console since the test began: checked on every page and after every edit."""
+    page.wait_for_load_state()
+    assert not page.console, f"after {after}: {page.console}"
 
 
 def apply_policies(nodeclass: dict) -> None:
@@ -81,8 +92,10 @@ def apply_policies(nodeclass: dict) -> None:
 
 
 def shot(page, name: str) -> None:
+    """A screenshot of the page, whose console must still be empty."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    clean_console(page, f"the page {name}")
 
 
 def log_in(page, username: str, role: str) -> None:
@@ -202,6 +215,7 @@ def test_edit_a_nodepool_see_the_error_at_its_row_fix_and_save(page, seed_ec2nod
     page.click("a[href='/policies/NodePool/general/']")
     page.click("a.button:text-is('Edit')")
     page.wait_for_url("**/policies/NodePool/general/edit/")
+    shot(page, "policy-edit")
     # An operator that takes one integer, with two values: the validator objects, live.
     page.select_option("#id_requirements-1-operator", "Gt")
     row_errors = page.locator("#errors-requirements-1, #errors-id_requirements-1-values, #errors-id_requirements-1-key")
@@ -213,8 +227,10 @@ def test_edit_a_nodepool_see_the_error_at_its_row_fix_and_save(page, seed_ec2nod
     shot(page, "policy-edit-invalid")
 
     page.select_option("#id_requirements-1-operator", "In")
+    clean_console(page, "choosing the operator In")
     page.fill("#id_weight", "42")
     page.locator("#validation .verdict.ok").wait_for()
+    clean_console(page, "typing the weight")
     page.click("button[name=review]")
     assert "weight: 42" in page.locator("body").inner_text()
     shot(page, "policy-review")
@@ -223,6 +239,48 @@ def test_edit_a_nodepool_see_the_error_at_its_row_fix_and_save(page, seed_ec2nod
     assert NodePool.objects.get(name="general").weight == 42
     assert AuditEntry.objects.filter(name="general", actor="eddie", source="ui").exists()
     shot(page, "policy-detail")
+
+
+def test_submitting_while_a_validation_is_in_flight_leaves_the_console_empty(page, seed_ec2nodeclass, monkeypatch):
+    """Each edit starts a live validation; the person clicks Review while one is still running
+    (slowed here to make sure) and the form is invalid. The page shows the errors; the console,
+    nothing: no aborted request, no failed resource."""
+    apply_policies(seed_ec2nodeclass)
+    log_in(page, "eddie", "editor")
+    page.goto(page.base + "/policies/NodePool/general/edit/")
+    shot(page, "policy-edit-before-a-quick-submit")
+    checked = policy_edit.check
+
+    def slow_check(*args, **kwargs):
+        time.sleep(0.6)
+        return checked(*args, **kwargs)
+
+    monkeypatch.setattr(policy_edit, "check", slow_check)
+    page.select_option("#id_requirements-1-operator", "Gt")  # invalid: Gt takes one integer
+    page.wait_for_timeout(100)
+    page.fill("#id_weight", "43")  # a second validation while the first runs
+    page.wait_for_timeout(450)
+    with page.expect_navigation():
+        page.click("button[name=review]")  # a third (the field's change), and the submit
+    assert "Not valid yet" in page.locator("#validation").inner_text()
+    assert "integer" in page.locator(".rows-requirements").inner_text()
+    page.wait_for_timeout(1500)  # whatever was still in flight has ended by now
+    shot(page, "policy-edit-submitted-invalid")
+    assert NodePool.objects.get(name="general").weight != 43
+
+
+def test_a_user_without_a_role_is_told_who_grants_one(page):
+    User.objects.create_superuser("root", password="a-long-test-password")
+    User.objects.create_user("newcomer", password="a-long-test-password")
+    page.goto(page.base + "/accounts/login/")
+    page.fill("#id_username", "newcomer")
+    page.fill("#id_password", "a-long-test-password")
+    page.click("button[type=submit]")
+    page.wait_for_url(page.base + "/accounts/no-role/?next=/")
+    text = page.locator("main").inner_text()
+    assert "you have no role in karpweb yet" in text and "root" in text
+    assert page.locator("nav").count() == 0
+    shot(page, "no-role")
 
 
 def test_plan_a_what_if(page, seed_ec2nodeclass):

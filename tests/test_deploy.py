@@ -352,7 +352,7 @@ def test_the_webhook_fails_closed_quickly_through_its_service(docs):
     assert service["spec"]["ports"] == [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": 8443}]
     deployment = only(docs, "Deployment", "karpweb-webhook")
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    env = {e["name"]: e["value"] for e in main_container(deployment)["env"]}
+    env = {e["name"]: e.get("value") for e in main_container(deployment)["env"]}
     assert "karpweb-webhook.karpweb.svc" in env["ALLOWED_HOSTS"].split(",")  # the API server's Host
     assert deployment["spec"]["replicas"] >= 2
 
@@ -360,7 +360,7 @@ def test_the_webhook_fails_closed_quickly_through_its_service(docs):
 def webhook_tls_volume(docs: list[dict]) -> dict:
     deployment = only(docs, "Deployment", "karpweb-webhook")
     container = main_container(deployment)
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     (mount,) = [m for m in container["volumeMounts"] if env["WEBHOOK_CERT_FILE"].startswith(m["mountPath"] + "/")]
     assert env["WEBHOOK_KEY_FILE"] == f"{mount['mountPath']}/tls.key"
     (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
@@ -394,6 +394,103 @@ def test_without_cert_manager_webhook_certs_fills_the_secret_and_the_ca_bundle(r
     assert webhook_tls_volume(docs)["secretName"] == secret["metadata"]["name"]
     for key in ("tls.crt", "tls.key"):
         assert base64.b64decode("".join(secret["data"][key].split())) == (certs / key).read_bytes()
+
+
+# --------------------------------------------------------------------------------------------------
+# Ports, Services and NetworkPolicies: who reaches what
+
+ANYWHERE = "anywhere"
+PROMETHEUS = "namespace monitoring"
+# Each role's container ports and who may open a connection to each: what
+# deploy/base/networkpolicies.yaml says in its table, and README (Deploy) too.
+REACHABLE = {
+    "karpweb-web": {8000: ANYWHERE},  # the ingress; Prometheus (/metrics wants the token in production)
+    "karpweb-webhook": {8443: ANYWHERE},  # the API server is no pod; Prometheus, with the token
+    "karpweb-worker": {9100: PROMETHEUS},  # plain metrics without a token
+    "karpweb-beat": {},
+    "karpweb-watch": {},
+    "karpweb-interruptions": {},
+}
+
+
+def pod_labels(deployment: dict) -> dict[str, str]:
+    return deployment["spec"]["template"]["metadata"]["labels"]
+
+
+def selects(selector: dict, labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector  # no matchExpressions to evaluate here
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def reachable(docs: list[dict], deployment: dict) -> dict[int, str]:
+    """{container port: who} that the NetworkPolicies let through to this Deployment's pods."""
+    container = main_container(deployment)
+    named = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    found: dict[int, str] = {}
+    isolated = False
+    for policy in (d for d in docs if d["kind"] == "NetworkPolicy"):
+        if not selects(policy["spec"]["podSelector"], pod_labels(deployment)):
+            continue
+        assert policy["spec"]["policyTypes"] == ["Ingress"], policy["metadata"]["name"]
+        isolated = True
+        for rule in policy["spec"].get("ingress", []):
+            assert rule.get("ports"), f"{policy['metadata']['name']}: a rule for every port"
+            if "from" not in rule:
+                who = ANYWHERE
+            else:
+                (peer,) = rule["from"]
+                assert set(peer) == {"namespaceSelector"}, peer
+                (who,) = [f"namespace {v}" for v in peer["namespaceSelector"]["matchLabels"].values()]
+            for port in rule["ports"]:
+                assert port["protocol"] == "TCP"
+                number = named[port["port"]] if isinstance(port["port"], str) else port["port"]
+                assert number not in found, f"port {number} opened twice"
+                found[number] = who
+    assert isolated, f"{deployment['metadata']['name']}: no NetworkPolicy selects it"
+    return found
+
+
+def test_network_policies_let_in_exactly_what_each_role_serves(docs):
+    found = deployments(docs)
+    default_deny = only(docs, "NetworkPolicy", "karpweb-default-deny")["spec"]
+    assert default_deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    for name, deployment in found.items():
+        assert reachable(docs, deployment) == REACHABLE[name], name
+        ports = {p["containerPort"] for p in main_container(deployment).get("ports", [])}
+        assert ports == set(REACHABLE[name]), f"{name}: a port that no policy speaks of"
+
+
+def test_services_expose_the_serving_ports_only(docs):
+    """karpweb-web is what an ingress exposes: its pods' http port, nothing else; the worker's
+    metrics port is behind no Service."""
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    assert set(services) == {"karpweb-web", "karpweb-webhook"}
+    web = services["karpweb-web"]["spec"]
+    assert web["type"] == "ClusterIP"
+    assert web["ports"] == [{"name": "http", "port": 80, "targetPort": "http"}]
+    assert web["selector"] == {"app.kubernetes.io/name": "karpweb-web"}
+    assert services["karpweb-webhook"]["spec"]["selector"] == {"app.kubernetes.io/name": "karpweb-webhook"}
+
+
+def test_serving_pods_are_scraped_where_the_policies_let_prometheus_in(docs):
+    for name, deployment in deployments(docs).items():
+        annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
+        if name not in ("karpweb-web", "karpweb-webhook", "karpweb-worker"):
+            assert "prometheus.io/scrape" not in annotations, name
+            continue
+        assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
+        assert int(annotations["prometheus.io/port"]) in REACHABLE[name], name
+        scheme = annotations.get("prometheus.io/scheme", "http")
+        assert scheme == ("https" if name == "karpweb-webhook" else "http"), name
+
+
+def test_web_and_webhook_pods_allow_their_own_address_for_the_scrape(docs):
+    """/metrics passes the Host check; Prometheus sends the pod's IP, which POD_IP adds."""
+    config = only(docs, "ConfigMap")["data"]
+    assert config["KARPWEB_PRODUCTION"] == "true"
+    for name in ("karpweb-web", "karpweb-webhook"):
+        env = main_container(deployments(docs)[name])["env"]
+        assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in env, name
 
 
 # --------------------------------------------------------------------------------------------------

@@ -267,13 +267,27 @@ def test_metrics_need_the_token_when_one_is_set(client, settings):
     assert b"karpenter_pods_state" in answered.content
 
 
-def test_metrics_answer_a_scrape_by_pod_ip_that_allowed_hosts_does_not_list(client):
-    assert client.get("/healthz", HTTP_HOST="10.0.3.7:8000").status_code == 400  # Django's Host check
+def test_production_keeps_metrics_closed_until_a_token_is_set(client, settings):
+    settings.KARPWEB_PRODUCTION = True
+    refused = client.get("/metrics")
+    assert refused.status_code == 403 and b"set KARPWEB_METRICS_TOKEN" in refused.content
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer anything").status_code == 403
+    settings.KARPWEB_METRICS_TOKEN = "a-token-of-32-characters-or-more-0123"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {settings.KARPWEB_METRICS_TOKEN}").status_code == 200
+
+
+def test_metrics_pass_the_host_check_like_every_url(client, settings):
+    """Prometheus scrapes a pod by its IP: the manifests put it in ALLOWED_HOSTS (POD_IP)."""
+    assert client.get("/metrics", HTTP_HOST="10.0.3.7:8000").status_code == 400  # Django's Host check
+    assert client.get("/healthz", HTTP_HOST="10.0.3.7:8000").status_code == 400
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "10.0.3.7"]
     assert client.get("/metrics", HTTP_HOST="10.0.3.7:8000").status_code == 200
     assert client.post("/metrics").status_code == 405
 
 
 def test_one_web_replica_reports_the_cluster_state(client, redis, policies, monkeypatch, settings):
+
     monkeypatch.setattr(views, "replica", lambda: "web-1:1")
     first = scrape(client)
     assert value(first, "karpweb_metrics_cluster_state_exporter") == 1 and series(first, "karpenter_pods_state") == []
@@ -285,7 +299,9 @@ def test_one_web_replica_reports_the_cluster_state(client, redis, policies, monk
     assert any(name == "python_info" for name, _ in second)  # its own metrics still come
     redis.delete(views.LEASE_KEY)  # web-1 is gone and its lease ran out
     assert value(scrape(client), "karpweb_metrics_cluster_state_exporter") == 1
-    settings.KARPWEB_ROLE = "webhook"  # the webhook's replicas never report it
+    # The webhook's replicas never report it.
+    settings.KARPWEB_ROLE = "webhook"
+    settings.ROOT_URLCONF, settings.MIDDLEWARE = settings.URLCONFS["webhook"], settings.WEBHOOK_MIDDLEWARE
     webhook = scrape(client)
     assert ("karpweb_metrics_cluster_state_exporter", ()) not in webhook
     assert ("karpenter_cluster_state_node_count", ()) not in webhook
@@ -372,7 +388,7 @@ def test_a_provisioning_run_records_its_size_and_duration(redis, policies):
     assert sample("karpweb_provisioning_duration_seconds_count") == durations + 1
 
 
-def test_admission_reviews_are_timed_by_kind_operation_and_result(client, seed_nodepool):
+def test_admission_reviews_are_timed_by_kind_operation_and_result(webhook_role, client, seed_nodepool):
     def review(manifest):
         kind = {"group": "karpenter.sh", "version": "v1", "kind": "NodePool"}
         return {

@@ -50,7 +50,9 @@ def test_every_scrape_of_gunicorn_sums_all_its_workers(tmp_path):
         env.pop(name, None)  # a fresh SQLite file; one replica, no lease to share
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
     port = free_port()
-    env.update(KARPWEB_ROLE="web", BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY="3", WEB_THREADS="1")
+    # The webhook role, which counts reviews; plain HTTP, so no certificates are needed.
+    env.update(KARPWEB_ROLE="webhook", BIND=f"127.0.0.1:{port}", WEBHOOK_CONCURRENCY="3", WEBHOOK_THREADS="1")
+    env["WEBHOOK_TLS"] = "false"
     argv = [
         sys.executable,
         "-m",
@@ -77,7 +79,8 @@ def test_every_scrape_of_gunicorn_sums_all_its_workers(tmp_path):
 
 
 def _metrics_dirs() -> list[Path]:
-    return [*Path("/dev/shm").glob("karpweb-web-metrics-*"), *Path(tempfile.gettempdir()).glob("karpweb-web-metrics-*")]
+    pattern = "karpweb-webhook-metrics-*"
+    return [*Path("/dev/shm").glob(pattern), *Path(tempfile.gettempdir()).glob(pattern)]
 
 
 def _database_url() -> str:

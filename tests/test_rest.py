@@ -13,11 +13,11 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
-from rest_framework.throttling import UserRateThrottle
 from uipages import add_decision, add_disruption, add_node, add_pod
 
 from provisioning import crd
 from provisioning.models import AuditEntry, NodePool
+from provisioning.rest.throttling import PerToken
 from provisioning.services.policy import apply_manifest
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +71,10 @@ def test_drf_create_token_gives_a_working_token():
 
 def test_viewers_read_and_editors_write(viewer, editor, seed_nodepool):
     refused = create(viewer, seed_nodepool)
-    assert refused.status_code == 403 and refused.json()["message"] == "this needs the editor role"
+    assert refused.status_code == 403
+    assert refused.json()["message"] == (
+        "This needs the editor role; you are a viewer. An admin grants roles: manage.py grant USER ROLE."
+    )
     assert create(editor, seed_nodepool).status_code == 201
     assert viewer.get(NODEPOOLS + "general/").status_code == 200
     assert viewer.delete(NODEPOOLS + "general/").status_code == 403
@@ -172,7 +175,10 @@ def test_if_match_guards_replace_patch_and_delete(editor, seed_nodepool):
 def test_merge_patch_deletes_with_null_and_keeps_the_rest(editor, seed_nodepool):
     create(editor, seed_nodepool)
     response = editor.patch(
-        NODEPOOLS + "general/", b'{"spec": {"limits": null}}', content_type="application/merge-patch+json"
+        NODEPOOLS + "general/",
+        b'{"spec": {"limits": null}}',
+        content_type="application/merge-patch+json",
+        HTTP_IF_MATCH='"1"',
     )
     assert response.status_code == 200
     spec = response.json()["spec"]
@@ -184,7 +190,7 @@ def test_dry_run_validates_without_saving(editor, seed_nodepool):
     assert response.status_code == 201 and response.json()["metadata"]["name"] == "general"
     assert not NodePool.objects.exists() and not AuditEntry.objects.filter(kind="NodePool").exists()
     create(editor, seed_nodepool)
-    assert editor.delete(NODEPOOLS + "general/?dryRun=All").status_code == 200
+    assert editor.delete(NODEPOOLS + "general/?dryRun=All", HTTP_IF_MATCH='"1"').status_code == 200
     assert NodePool.objects.exists()
     assert editor.post(NODEPOOLS + "?dryRun=Some", seed_nodepool, format="json").status_code == 400
 
@@ -199,8 +205,9 @@ def test_warnings_go_in_the_warning_header(editor, seed_nodepool):
 
 def test_every_write_is_audited_with_who(editor, seed_nodepool):
     create(editor, seed_nodepool)
-    editor.patch(NODEPOOLS + "general/", b'{"spec": {"weight": 3}}', content_type="application/merge-patch+json")
-    editor.delete(NODEPOOLS + "general/")
+    patch = b'{"spec": {"weight": 3}}'
+    editor.patch(NODEPOOLS + "general/", patch, content_type="application/merge-patch+json", HTTP_IF_MATCH='"1"')
+    editor.delete(NODEPOOLS + "general/", HTTP_IF_MATCH='"2"')
     entries = list(AuditEntry.objects.filter(kind="NodePool").order_by("at", "id"))
     assert [e.action for e in entries] == ["created", "updated", "deleted"]
     assert {e.source for e in entries} == {"rest"} and {e.actor for e in entries} == {"editor-user"}
@@ -231,11 +238,32 @@ def test_throttled_requests_get_429_with_retry_after(viewer, monkeypatch):
     from django.core.cache import cache
 
     cache.clear()
-    monkeypatch.setattr(UserRateThrottle, "THROTTLE_RATES", {"user": "3/minute"})
+    monkeypatch.setattr(PerToken, "THROTTLE_RATES", {"token": "3/minute"})
     codes = [viewer.get(NODEPOOLS).status_code for _ in range(4)]
     assert codes == [200, 200, 200, 429]
     throttled = viewer.get(NODEPOOLS)
     assert int(throttled["Retry-After"]) > 0 and throttled.json()["reason"] == "TooManyRequests"
+    cache.clear()
+
+
+def test_throttling_counts_per_token_not_per_user(viewer, client, monkeypatch):
+    """The token's requests count apart from its user's browser session, and a token's key never
+    appears in the cache: only its digest."""
+    from django.core.cache import cache
+
+    cache.clear()
+    monkeypatch.setattr(PerToken, "THROTTLE_RATES", {"token": "3/minute"})
+    user = User.objects.get(username="viewer-user")
+    client.force_login(user)
+    assert [viewer.get(NODEPOOLS).status_code for _ in range(4)] == [200, 200, 200, 429]
+    assert client.get(NODEPOOLS, HTTP_ACCEPT="application/json").status_code == 200  # the same user, not the token
+    token = Token.objects.get(user=user)
+    key = PerToken().get_cache_key(type("R", (), {"auth": token, "user": user})(), None)
+    assert token.key not in key and key.startswith("throttle_token_token-")
+    # A new token (the old one deleted in the admin site) is a new client.
+    token.delete()
+    viewer.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    assert viewer.get(NODEPOOLS).status_code == 200
     cache.clear()
 
 
@@ -321,10 +349,63 @@ def test_the_schema_and_its_docs_are_served(viewer, client):
     document = yaml.safe_load(schema.content)
     assert "/api/v1/nodepools/{name}/" in document["paths"]
     assert "409" in document["paths"]["/api/v1/nodepools/{name}/"]["put"]["responses"]
+    for method in ("put", "patch", "delete"):
+        assert "428" in document["paths"]["/api/v1/nodepools/{name}/"][method]["responses"], method
     user = User.objects.create_user("docs")
     client.force_login(user)
+    assert client.get("/api/docs/").status_code == 403  # no role, no docs
+    user.groups.add(Group.objects.get(name="viewer"))
     docs = client.get("/api/docs/")
     assert docs.status_code == 200 and b"swagger-ui" in docs.content
+
+
+def test_the_schema_and_its_docs_are_not_anonymous(client):
+    for path in ("/api/schema/", "/api/docs/"):
+        response = APIClient().get(path)
+        assert response.status_code == 401 and response["WWW-Authenticate"] == "Token", path
+
+
+# ------------------------------------------------------------------ a write names the version it read
+
+
+def test_a_write_without_the_version_it_read_is_refused_with_428(editor, seed_nodepool):
+    create(editor, seed_nodepool)
+    current = editor.get(NODEPOOLS + "general/").json()
+    unversioned = copy.deepcopy(current)
+    del unversioned["metadata"]["resourceVersion"]
+    unversioned["spec"]["weight"] = 7
+    patch = b'{"spec": {"weight": 7}}'
+    refused = [
+        editor.put(NODEPOOLS + "general/", unversioned, format="json"),
+        editor.patch(NODEPOOLS + "general/", patch, content_type="application/merge-patch+json"),
+        editor.delete(NODEPOOLS + "general/"),
+        editor.delete(NODEPOOLS + "general/?dryRun=All"),
+    ]
+    for response in refused:
+        assert response.status_code == 428, response.json()
+        body = response.json()
+        assert body["kind"] == "Status" and body["reason"] == "PreconditionRequired"
+        assert "metadata.resourceVersion" in body["message"] and "If-Match" in body["message"]
+    stored = NodePool.objects.get(name="general")
+    assert stored.resource_version == 1 and stored.weight != 7  # nothing was written
+    assert [e.action for e in AuditEntry.objects.filter(kind="NodePool")] == ["created"]
+
+
+def test_the_version_is_named_in_the_body_or_in_if_match_and_star_means_any(editor, seed_nodepool):
+    create(editor, seed_nodepool)
+    current = editor.get(NODEPOOLS + "general/").json()
+    current["spec"]["weight"] = 5  # the body names resourceVersion 1
+    assert editor.put(NODEPOOLS + "general/", current, format="json").status_code == 200
+    patch = b'{"spec": {"weight": 6}}'
+    merge = "application/merge-patch+json"
+    assert editor.patch(NODEPOOLS + "general/", patch, content_type=merge, HTTP_IF_MATCH='"2"').status_code == 200
+    stale = editor.patch(NODEPOOLS + "general/", patch, content_type=merge, HTTP_IF_MATCH='"2"')
+    assert stale.status_code == 409
+    # If-Match: * writes over whatever version is there, on purpose.
+    anyway = editor.patch(NODEPOOLS + "general/", b'{"spec": {"weight": 8}}', content_type=merge, HTTP_IF_MATCH="*")
+    assert anyway.status_code == 200 and anyway.json()["spec"]["weight"] == 8
+    assert editor.delete(NODEPOOLS + "general/", HTTP_IF_MATCH="*").status_code == 200
+    assert not NodePool.objects.exists()
 
 
 def test_every_list_renders_as_yaml_too(viewer):

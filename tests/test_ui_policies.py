@@ -298,7 +298,7 @@ def test_an_invalid_requirement_shows_the_validators_message_at_its_row(editor, 
     url = "/policies/NodePool/general/edit/"
     data = form_data(editor, url, review="1", **{f"requirements-4-{k}": v for k, v in row.items()})
     response = editor.post(url, data)
-    assert response.status_code == 422
+    assert response.status_code == 200  # the form again, with its errors
     html = text(response)
     at_row = error_slot(html, "errors-requirements-4") + error_slot(html, "errors-id_requirements-4-key")
     assert expected in at_row
@@ -335,7 +335,7 @@ def test_input_that_is_not_a_number_is_named_at_its_field_and_never_a_500(editor
     response = editor.post(
         url, form_data(editor, url, review="1", weight="heavy", **{"requirements-0-operator": "Nope"})
     )
-    assert response.status_code == 422
+    assert response.status_code == 200  # the form again, with its errors
     html = text(response)
     assert "Enter a whole number." in error_slot(html, "errors-id_weight")
     assert "Select a valid choice" in error_slot(html, "errors-id_requirements-0-operator")
@@ -448,7 +448,7 @@ def test_yaml_errors_name_the_path_and_syntax_errors_the_line(editor, seeded):
 
     broken = {**data, "manifest": "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: [oops\n"}
     response = editor.post("/policies/NodePool/general/edit/", {**broken, "review": "1"})
-    assert response.status_code == 422
+    assert response.status_code == 200  # the form again, with its errors
     assert re.search(r"not valid YAML: .* at line \d+ column \d+", error_slot(text(response), "errors-id_manifest"))
 
 
@@ -458,7 +458,7 @@ def test_yaml_cannot_rename_or_change_kind(editor, seeded):
         "/policies/NodePool/general/edit/",
         {"editor": "yaml", "expected_version": "1", "manifest": renamed, "review": "1"},
     )
-    assert response.status_code == 422
+    assert response.status_code == 200  # the form again, with its errors
     assert "metadata.name: the name cannot change here" in text(response)
     assert not NodePool.objects.filter(name="other").exists()
 
@@ -491,7 +491,7 @@ def test_a_stale_version_shows_a_conflict_and_overwrites_nothing(editor, seeded)
     apply_manifest(theirs, source="rest", actor="bob")
 
     response = editor.post("/policies/apply/", confirm)
-    assert response.status_code == 409
+    assert response.status_code == 200  # the conflict page
     html = text(response)
     assert "has been modified" in html and "resourceVersion 2" in html
     assert "cpu: 2000" in html  # the current version
@@ -527,7 +527,7 @@ def test_a_form_opened_before_a_change_elsewhere_is_a_conflict_at_review(editor,
         source="rest",
     )
     response = editor.post(url, data)
-    assert response.status_code == 409
+    assert response.status_code == 200  # the conflict page
     assert "changed since you opened it" in text(response)
 
 
@@ -595,11 +595,11 @@ def test_create_never_replaces_an_existing_policy(editor, seeded):
     manifest = starters.find("NodePool", "nodepool-general").text
     data = {"editor": "yaml", "expected_version": "", "manifest": manifest, "review": "1"}
     response = editor.post("/policies/new/NodePool/", data)
-    assert response.status_code == 422
+    assert response.status_code == 200  # the form again, with its errors
     assert "NodePool &#x27;general&#x27; already exists" in text(response)
     # Even a confirmation crafted by hand is refused.
     forged = editor.post("/policies/apply/", {"manifest": manifest, "expected_version": "", "creating": "True"})
-    assert forged.status_code == 409
+    assert forged.status_code == 200 and "already exists" in text(forged)
     assert NodePool.objects.get().resource_version == 1
 
 
@@ -629,5 +629,5 @@ def test_delete_of_a_changed_policy_is_a_conflict(editor, seeded):
     changed["spec"]["weight"] = 5
     apply_manifest(changed, source="rest")
     response = editor.post("/policies/NodePool/general/delete/", {"expected_version": expected})
-    assert response.status_code == 409 and "has been modified" in text(response)
+    assert response.status_code == 200 and "has been modified" in text(response)
     assert NodePool.objects.exists()

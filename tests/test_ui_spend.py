@@ -25,8 +25,12 @@ ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 @pytest.fixture
 def viewer(client, django_user_model):
-    """A signed-in user in no group: the viewer role, the least that may read the page."""
-    client.force_login(django_user_model.objects.create_user("vera"))
+    """A signed-in viewer, the least role that may read the page."""
+    from django.contrib.auth.models import Group
+
+    user = django_user_model.objects.create_user("vera")
+    user.groups.add(Group.objects.get(name="viewer"))
+    client.force_login(user)
     return client
 
 

@@ -9,6 +9,7 @@ import re
 import pytest
 import yaml
 from builders import deployment, nodeclaim, nodepool, on_demand_general, requirement
+from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test import Client
@@ -34,8 +35,10 @@ def policies(seed_ec2nodeclass):
 
 @pytest.fixture
 def viewer(client, django_user_model):
-    """A signed-in user in no group: the viewer role, the least that may use the page."""
-    client.force_login(django_user_model.objects.create_user("vera"))
+    """A signed-in viewer, the least role that may use the page."""
+    user = django_user_model.objects.create_user("vera")
+    user.groups.add(Group.objects.get(name="viewer"))
+    client.force_login(user)
     return client
 
 
@@ -206,7 +209,9 @@ def test_planning_writes_nothing(viewer, policies):
 
 def test_every_post_needs_the_csrf_token(policies, django_user_model):
     client = Client(enforce_csrf_checks=True)
-    client.force_login(django_user_model.objects.create_user("vera"))
+    user = django_user_model.objects.create_user("vera")
+    user.groups.add(Group.objects.get(name="viewer"))
+    client.force_login(user)
     text = paste(deployment("web", 1))
     assert client.post("/whatif/", {"manifests": text}).status_code == 403
     page = client.get("/whatif/").content.decode()

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
+import requests
 
+from provisioning.launcher import free_port, wait_for_port
 from provisioning.services.policy import apply_manifest
 
-pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parent.parent
+
+# As the webhook role serves it: the web role does not (tests/test_access.py).
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("webhook_role")]
 
 URL = "/webhook/validate"
 
@@ -245,3 +254,53 @@ def test_many_errors_stay_a_bounded_message(client, seed_nodepool):
     result = answer(post(client, review(seed_nodepool)))
     assert result["allowed"] is False
     assert len(result["status"]["message"]) < 40_000
+
+
+# ------------------------------------------------------------------ each role serves its own URLs
+
+
+def serve(role: str, tmp_path, port: int):
+    """``KARPWEB_ROLE=<role> .venv/bin/gunicorn karpweb.wsgi``, exactly (gunicorn's defaults, plain
+    HTTP, no certificates), on a free port and a fresh SQLite database."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR")}
+    env.update(KARPWEB_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="karpweb.settings")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+    gunicorn = str(Path(sys.executable).parent / "gunicorn")
+    argv = [gunicorn, "karpweb.wsgi", "--bind", f"127.0.0.1:{port}"]
+    return subprocess.Popen(
+        argv, cwd=ROOT, env={**env, "KARPWEB_ROLE": role}, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+
+
+@pytest.mark.slow
+def test_the_webhook_role_serves_the_webhook_over_plain_http_and_nothing_of_the_web(tmp_path, seed_ec2nodeclass):
+    port = free_port()
+    proc = serve("webhook", tmp_path, port)
+    try:
+        wait_for_port(port, timeout=30, proc=proc)
+        base = f"http://127.0.0.1:{port}"
+        request = review(seed_ec2nodeclass)
+        reply = requests.post(f"{base}/webhook/validate", json=request, timeout=10)
+        assert reply.status_code == 200
+        assert reply.json()["response"] == {"uid": request["request"]["uid"], "allowed": True}
+        assert requests.get(f"{base}/healthz", timeout=10).json() == {"status": "ok"}
+        for path in ("/", "/accounts/login/", "/admin/", "/api/v1/nodepools/", "/api/schema/", "/policies/"):
+            assert requests.get(base + path, timeout=10, allow_redirects=False).status_code == 404, path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_the_web_role_does_not_serve_the_webhook(tmp_path, seed_ec2nodeclass):
+    port = free_port()
+    proc = serve("web", tmp_path, port)
+    try:
+        wait_for_port(port, timeout=30, proc=proc)
+        base = f"http://127.0.0.1:{port}"
+        assert requests.post(f"{base}/webhook/validate", json=review(seed_ec2nodeclass), timeout=10).status_code == 404
+        assert requests.get(f"{base}/healthz", timeout=10).json() == {"status": "ok"}
+        assert requests.get(f"{base}/", timeout=10, allow_redirects=False).status_code == 302  # to sign in
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

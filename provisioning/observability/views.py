@@ -1,10 +1,11 @@
 """``GET /metrics``: this server's own metrics, and the cluster's state from one web replica.
 
-Answered by a middleware placed before Django checks the Host header: Prometheus scrapes a
-pod by its IP address, which ALLOWED_HOSTS does not list (nor should). It is open, as
-Prometheus expects, unless ``KARPWEB_METRICS_TOKEN`` is set; then it wants
-``Authorization: Bearer <token>`` (Prometheus' ``authorization`` or ``bearer_token_file``).
-Nothing here needs a session, a CSRF token or a content security policy.
+A URL like any other of the web and webhook roles, so it passes the Host check first:
+Prometheus scrapes a pod by its IP address, which the manifests add to ALLOWED_HOSTS (POD_IP).
+With ``KARPWEB_METRICS_TOKEN`` set it wants ``Authorization: Bearer <token>`` (Prometheus'
+``authorization`` or ``bearer_token_file``); without one it is open on a checkout and answers
+403 in production (``KARPWEB_PRODUCTION``), where the pods, their owners and the spend are
+nobody's business but Prometheus'. Nothing here needs a session or a CSRF token.
 
 The cluster's state (``cluster.py``) and the length of the Celery queues (``broker.py``) come
 from the web replica holding a lease in Redis:
@@ -22,10 +23,10 @@ import hmac
 import logging
 import os
 import socket
-from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_safe
 from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
@@ -36,7 +37,6 @@ from provisioning.observability.cluster import ClusterState
 
 log = logging.getLogger(__name__)
 
-PATH = "/metrics"
 LEASE_KEY = "karpweb:metrics:cluster-state"
 # Take the lease when it is free or ours, in one step: two replicas never both get it.
 _TAKE_LEASE = """
@@ -47,32 +47,35 @@ return 1
 """
 
 
-class MetricsMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path != PATH:
-            return self.get_response(request)
-        if request.method not in ("GET", "HEAD"):
-            return HttpResponse("GET only\n", status=405, content_type="text/plain", headers={"Allow": "GET, HEAD"})
-        if not _authorized(request):
-            return HttpResponse(
-                "metrics need Authorization: Bearer <KARPWEB_METRICS_TOKEN>\n",
-                status=401,
-                content_type="text/plain",
-                headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
-            )
-        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        return HttpResponse(encoder(_registry()), content_type=content_type)
+@require_safe
+def metrics(request: HttpRequest) -> HttpResponse:
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return HttpResponse(encoder(_registry()), content_type=content_type)
 
 
-def _authorized(request: HttpRequest) -> bool:
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    """None when the request may read the metrics, else the answer that says why not."""
     token = settings.KARPWEB_METRICS_TOKEN
     if not token:
-        return True
+        if not settings.KARPWEB_PRODUCTION:
+            return None
+        return HttpResponse(
+            "metrics are closed: set KARPWEB_METRICS_TOKEN and send Authorization: Bearer <token>\n",
+            status=403,
+            content_type="text/plain",
+        )
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
+        return None
+    return HttpResponse(
+        "metrics need Authorization: Bearer <KARPWEB_METRICS_TOKEN>\n",
+        status=401,
+        content_type="text/plain",
+        headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+    )
 
 
 def _registry() -> CollectorRegistry:

@@ -33,6 +33,7 @@ REASONS = {
     413: "RequestEntityTooLarge",
     415: "UnsupportedMediaType",
     422: "Invalid",
+    428: "PreconditionRequired",
     429: "TooManyRequests",
 }
 

@@ -1,12 +1,12 @@
 """The dashboard's roles on the API: reading needs viewer, writing needs editor (admin
 endpoints, when there are any, need admin). Unauthenticated requests get 401 with the
-token scheme to use."""
+token scheme to use; a user or token without the role gets 403 saying which is missing."""
 
 from __future__ import annotations
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from provisioning.ui.access import EDITOR, VIEWER, has_role
+from provisioning.ui.access import EDITOR, VIEWER, has_role, refusal
 
 
 class ByRole(BasePermission):
@@ -17,8 +17,8 @@ class ByRole(BasePermission):
             return False
         # A POST that writes nothing (a what-if plan) declares itself a read.
         reads = request.method in SAFE_METHODS or getattr(view, "post_is_read", False)
-        if reads:
-            self.message = "this needs the viewer role"
-            return has_role(request.user, VIEWER)
-        self.message = "this needs the editor role"
-        return has_role(request.user, EDITOR)
+        needed = VIEWER if reads else EDITOR
+        if has_role(request.user, needed):
+            return True
+        self.message = refusal(request.user, needed) + " An admin grants roles: manage.py grant USER ROLE."
+        return False

@@ -2,10 +2,11 @@
 
 Create (POST), read, replace (PUT), JSON merge patch (PATCH) and delete, through the
 policy service, so the validator, the audit trail and optimistic concurrency are the same
-as for the browser and the cluster sync. A write names the version it read, as
-``metadata.resourceVersion`` or an ``If-Match`` ETag; a stale one is a 409 carrying the
-current object. ``?dryRun=All`` validates and answers without saving. Warnings go in
-``Warning`` headers, as the Kubernetes API server sends them.
+as for the browser and the cluster sync. A write to an existing object names the version it
+read, as ``metadata.resourceVersion`` or an ``If-Match`` ETag: without one it is refused
+(428), a stale one is a 409 carrying the current object, and ``If-Match: *`` says on purpose
+that any version will do. ``?dryRun=All`` validates and answers without saving. Warnings go
+in ``Warning`` headers, as the Kubernetes API server sends them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
-from rest_framework.exceptions import NotFound, ParseError, UnsupportedMediaType
+from rest_framework.exceptions import APIException, NotFound, ParseError, UnsupportedMediaType
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -34,8 +35,19 @@ IF_MATCH = OpenApiParameter(
     "If-Match",
     str,
     OpenApiParameter.HEADER,
-    description='the ETag (quoted resourceVersion, e.g. "7") of the version the change is based on',
+    description='the ETag (quoted resourceVersion, e.g. "7") of the version the change is based on; '
+    "needed unless the body names metadata.resourceVersion; * writes over any version",
 )
+ANY_VERSION = "*"
+
+
+class PreconditionRequired(APIException):
+    status_code = 428
+    default_code = "precondition_required"
+    default_detail = (
+        "name the version you read: metadata.resourceVersion in the body, or an If-Match header "
+        'with the ETag of your GET (e.g. If-Match: "7"); If-Match: * writes over any version'
+    )
 
 
 class ByName(CursorPagination):
@@ -65,14 +77,17 @@ def _dry_run(request: Request) -> bool:
 
 
 def _expected_version(request: Request, document: dict[str, Any]) -> str | None:
-    """The version the writer read: metadata.resourceVersion, else If-Match."""
+    """The version the writer read: metadata.resourceVersion, else If-Match; None for
+    ``If-Match: *`` (any version, said on purpose). Without either: 428."""
     version = (document.get("metadata") or {}).get("resourceVersion") if isinstance(document, dict) else None
     if version not in (None, ""):
         return str(version)
     header = request.headers.get("If-Match", "").strip()
-    if header and header != "*":
+    if header == ANY_VERSION:
+        return None
+    if header:
         return header.removeprefix("W/").strip('"')
-    return None
+    raise PreconditionRequired()
 
 
 def _one_document(data: Any) -> dict[str, Any]:
@@ -181,7 +196,7 @@ class PolicyDetail(_PolicyView):
         summary="Replace",
         request=MANIFEST,
         parameters=[DRY_RUN, IF_MATCH],
-        responses={200: MANIFEST, 404: STATUS, 409: STATUS, 422: STATUS, **ERRORS},
+        responses={200: MANIFEST, 404: STATUS, 409: STATUS, 422: STATUS, 428: STATUS, **ERRORS},
     )
     def put(self, request: Request, name: str) -> Response:
         self._get(name)  # a replace does not create, as for custom resources in Kubernetes
@@ -194,15 +209,15 @@ class PolicyDetail(_PolicyView):
         "application/json and application/yaml are read as merge patches too).",
         request=OpenApiTypes.OBJECT,
         parameters=[DRY_RUN, IF_MATCH],
-        responses={200: MANIFEST, 404: STATUS, 409: STATUS, 422: STATUS, **ERRORS},
+        responses={200: MANIFEST, 404: STATUS, 409: STATUS, 422: STATUS, 428: STATUS, **ERRORS},
     )
     def patch(self, request: Request, name: str) -> Response:
         obj = self._get(name)
         patch = _one_document(request.data)
         if request.content_type.startswith("application/json-patch+json"):
             raise UnsupportedMediaType(request.content_type, "JSON patch is not supported; send a merge patch")
-        # The patch applies to the version read here; unless the caller named another
-        # version, that one is what the write must still find (no lost update).
+        # The patch applies to the version read here, which must be the one the caller names;
+        # with If-Match: * it is still the one the write must find (no lost update between).
         expected = _expected_version(request, patch) or str(obj.resource_version)
         current = obj.to_manifest()
         current.pop("status", None)
@@ -212,7 +227,7 @@ class PolicyDetail(_PolicyView):
     @extend_schema(
         summary="Delete",
         parameters=[DRY_RUN, IF_MATCH],
-        responses={200: STATUS, 404: STATUS, 409: STATUS, **ERRORS},
+        responses={200: STATUS, 404: STATUS, 409: STATUS, 428: STATUS, **ERRORS},
     )
     def delete(self, request: Request, name: str) -> Response:
         obj = self._get(name)

@@ -27,11 +27,14 @@ v1 = [
 
 urlpatterns = [
     path("v1/", include((v1, "api"), namespace="v1")),
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    # GET and HEAD only: OPTIONS would describe a view that has nothing to describe.
+    path("schema/", SpectacularAPIView.as_view(http_method_names=["get", "head"]), name="schema"),
     # Swagger UI sets inline styles; its scripts still come from this origin only.
     path(
         "docs/",
-        csp_update({"style-src": ["'unsafe-inline'"]})(SpectacularSwaggerSplitView.as_view(url_name="schema")),
+        csp_update({"style-src": ["'unsafe-inline'"]})(
+            SpectacularSwaggerSplitView.as_view(url_name="schema", http_method_names=["get", "head"])
+        ),
         name="docs",
     ),
 ]

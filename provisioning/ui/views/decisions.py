@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_safe
 
 from provisioning.models import Decision
 from provisioning.services import inventory
@@ -13,6 +14,7 @@ from provisioning.ui.pages import paginate
 PAGE_SIZE = 50
 
 
+@require_safe
 @role_required(VIEWER)
 def decision_list(request: HttpRequest) -> HttpResponse:
     page = paginate(request, inventory.decisions(), PAGE_SIZE)
@@ -21,6 +23,7 @@ def decision_list(request: HttpRequest) -> HttpResponse:
     return render(request, "provisioning/decisions/list.html", {"page": page, "rows": rows})
 
 
+@require_safe
 @role_required(VIEWER)
 def decision_detail(request: HttpRequest, pk: int) -> HttpResponse:
     decision = get_object_or_404(Decision, pk=pk)

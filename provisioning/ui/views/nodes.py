@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_safe
 
 from provisioning.cluster.simulated import budget_manifests
 from provisioning.models import ClusterNode, NodeClaim, NodePool
@@ -16,6 +17,7 @@ from provisioning.ui.htmx import wants_partial
 from provisioning.ui.pages import paginate, query_without_page
 
 
+@require_safe
 @role_required(VIEWER)
 def node_list(request: HttpRequest) -> HttpResponse:
     nodepool = request.GET.get("nodepool", "")
@@ -40,6 +42,7 @@ def node_list(request: HttpRequest) -> HttpResponse:
     return render(request, "provisioning/nodes/list.html", context)
 
 
+@require_safe
 @role_required(VIEWER)
 def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     claim = NodeClaim.objects.filter(name=name).first() or NodeClaim.objects.filter(node_name=name).first()
@@ -57,6 +60,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "provisioning/nodes/detail.html", context)
 
 
+@require_safe
 @role_required(VIEWER)
 def disruption_list(request: HttpRequest) -> HttpResponse:
     page = paginate(request, inventory.disruptions(), 50)
@@ -66,6 +70,7 @@ def disruption_list(request: HttpRequest) -> HttpResponse:
     return render(request, "provisioning/nodes/disruptions.html", {"page": page, "budgets": budgets})
 
 
+@require_safe
 @role_required(VIEWER)
 def interruption_list(request: HttpRequest) -> HttpResponse:
     page = paginate(request, inventory.interruptions(), 50)

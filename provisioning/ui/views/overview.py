@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_safe
 
 from provisioning.models import AuditEntry, EC2NodeClass, NodePool
 from provisioning.services import clusterview
@@ -11,6 +12,7 @@ from provisioning.ui.access import VIEWER, role_required
 from provisioning.ui.htmx import wants_partial
 
 
+@require_safe
 @role_required(VIEWER)
 def overview(request: HttpRequest) -> HttpResponse:
     nodepools = list(NodePool.objects.all())

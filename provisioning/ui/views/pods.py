@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_safe
 
 from provisioning.models import NodePool
 from provisioning.services import inventory
@@ -16,6 +17,7 @@ from provisioning.ui.pages import paginate, query_without_page
 STOP_POLLING = 286
 
 
+@require_safe
 @role_required(VIEWER)
 def pending(request: HttpRequest) -> HttpResponse:
     namespace = request.GET.get("namespace", "")

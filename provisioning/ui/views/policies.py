@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_safe
 
 from provisioning.crd.manifest import dump_yaml
 from provisioning.models import RESOURCE_MODELS, AuditEntry, ClusterNode, EC2NodeClass, NodePool
@@ -53,6 +54,7 @@ def _ready_condition(status: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+@require_safe
 @role_required(VIEWER)
 def policy_list(request: HttpRequest) -> HttpResponse:
     nodeclasses = list(EC2NodeClass.objects.all())
@@ -76,6 +78,7 @@ def policy_list(request: HttpRequest) -> HttpResponse:
     return render(request, "provisioning/policies/list.html", context)
 
 
+@require_safe
 @role_required(VIEWER)
 def policy_detail(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     """One policy as YAML with its history; a deleted one still shows its history, so it
@@ -94,6 +97,7 @@ def policy_detail(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     return render(request, "provisioning/policies/detail.html", context)
 
 
+@require_http_methods(["GET", "HEAD", "POST"])
 @role_required(EDITOR)
 def policy_delete(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     model = RESOURCE_MODELS.get(kind)
@@ -121,7 +125,7 @@ def policy_delete(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     except Conflict as exc:
         # Show the new version: deleting it is a new decision, made on what is there now.
         context.update(conflict=str(exc), form=DeleteForm(initial={"expected_version": obj.resource_version}))
-        return render(request, "provisioning/policies/delete.html", context, status=409)
+        return render(request, "provisioning/policies/delete.html", context)  # 200: see policy_edit
     except NotFound:
         messages.info(request, f"{kind} {name} was already deleted.")
         return redirect("provisioning:policy-list")

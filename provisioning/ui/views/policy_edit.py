@@ -1,7 +1,12 @@
 """Changing policies: edit (form or YAML), create from a starter, revert to a version from
 history. Each is validated live, reviewed as a diff, then applied with the resourceVersion
 the person reviewed against, so a change made meanwhile by someone else is never
-overwritten."""
+overwritten.
+
+A page that shows the person what to do next (the form with its errors, a conflict with
+the version now stored) answers 200: a browser reports every 4xx page in its console as a
+failed resource, and these are steps of the editor, not failures. The REST API answers the
+same outcomes with 422 and 409."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from provisioning.crd import ValidationResult
 from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource, EC2NodeClass
@@ -51,6 +56,7 @@ def _current(kind: str, name: str | None) -> CustomResource | None:
     return get_object_or_404(_model(kind), name=name)
 
 
+@require_http_methods(["GET", "HEAD", "POST"])
 @role_required(EDITOR)
 def policy_edit(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     current = _current(kind, name)
@@ -61,6 +67,7 @@ def policy_edit(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     return render(request, EDIT_TEMPLATE, _context(kind, current, editor, state, None))
 
 
+@require_http_methods(["GET", "HEAD", "POST"])
 @role_required(EDITOR)
 def policy_create(request: HttpRequest, kind: str) -> HttpResponse:
     _model(kind)
@@ -104,14 +111,14 @@ def _submitted(request: HttpRequest, kind: str, current: CustomResource | None) 
     if "review" not in request.POST:
         return render(request, EDIT_TEMPLATE, context)
     if not judged.ok:
-        return render(request, EDIT_TEMPLATE, context, status=422)
+        return render(request, EDIT_TEMPLATE, context)
     expected = state.cleaned_data["expected_version"]
     if current is not None and str(current.resource_version) != expected:
         message = (
             f"{kind} {current.name!r} was changed since you opened it "
             f"(resourceVersion {expected} then, {current.resource_version} now)"
         )
-        return render(request, CONFLICT_TEMPLATE, conflict_context(kind, judged.manifest, current, message), status=409)
+        return render(request, CONFLICT_TEMPLATE, conflict_context(kind, judged.manifest, current, message))
     return render(request, REVIEW_TEMPLATE, review_context(kind, judged.manifest, current, expected, judged.warnings))
 
 
@@ -138,11 +145,12 @@ def policy_apply(request: HttpRequest) -> HttpResponse:
         # Valid at review, invalid now: something it depends on changed meanwhile.
         return _invalid_review(request, kind, manifest, _stored(kind, manifest), exc.result)
     except Conflict as exc:
-        return render(request, CONFLICT_TEMPLATE, conflict_context(kind, manifest, exc.current, str(exc)), status=409)
+        return render(request, CONFLICT_TEMPLATE, conflict_context(kind, manifest, exc.current, str(exc)))
     messages.success(request, f"{kind} {applied.obj.name} {applied.action}.")
     return redirect("provisioning:policy-detail", kind, applied.obj.name)
 
 
+@require_safe
 @role_required(EDITOR)
 def policy_revert(request: HttpRequest, kind: str, name: str, entry_id: int) -> HttpResponse:
     """Review a return to the version an audit entry recorded: what the change made or,
@@ -174,7 +182,7 @@ def _invalid_review(
     version = str(current.resource_version) if current is not None else ""
     context = review_context(kind, manifest, current, version, result.warnings)
     context.update(errors=result.errors, confirm=None, **extra)
-    return render(request, REVIEW_TEMPLATE, context, status=422)
+    return render(request, REVIEW_TEMPLATE, context)
 
 
 def _stored(kind: str, manifest: dict[str, Any]) -> CustomResource | None:

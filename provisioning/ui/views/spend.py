@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import SafeString, mark_safe
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from provisioning.services import spend
 from provisioning.ui import charts
@@ -19,7 +19,7 @@ from provisioning.ui.htmx import wants_partial
 CSV_HEADER = ("start", "end", "by", "group", "usd_per_hour", "usd")
 
 
-@require_GET
+@require_safe
 @role_required(VIEWER)
 def spend_page(request: HttpRequest) -> HttpResponse:
     range_name = request.GET.get("range", spend.DEFAULT_RANGE)

@@ -21,7 +21,7 @@ from provisioning.ui.htmx import wants_partial
 PASTED = "pasted manifests"
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 @role_required(VIEWER)
 def whatif_page(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"text": "", "result": None, "errors": [], "max_pods": whatif.MAX_PODS}
@@ -40,7 +40,7 @@ def whatif_page(request: HttpRequest) -> HttpResponse:
     return render(request, "provisioning/whatif.html", context)
 
 
-@require_http_methods(["GET", "POST"])
+@require_http_methods(["GET", "HEAD", "POST"])
 @role_required(VIEWER)
 def disruption_page(request: HttpRequest) -> HttpResponse:
     """What would disruption do now, and why not this node: for the cluster as it is (GET),
