@@ -225,3 +225,18 @@ def test_disruption_records_blocked_and_terminating_events(cluster):
         ("Node", "ip-empty", "Disrupting Node: Empty"),
         ("NodeClaim", "claim-ip-empty", "Disrupting NodeClaim: Empty"),
     ]
+
+
+def test_consolidation_gets_what_is_left_of_the_round(settings):
+    """A round aims at KARPWEB_DISRUPTION_ROUND_SECONDS: consolidation's simulations get what
+    the commands carried on and the cluster's reading left of it, within
+    KARPWEB_CONSOLIDATION_SECONDS, and never less than a second (it always goes on)."""
+    import time
+
+    settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 4.0
+    settings.KARPWEB_CONSOLIDATION_SECONDS = 3.0
+    now = time.perf_counter()
+    assert disruption._consolidation_seconds(None) == 3.0
+    assert disruption._consolidation_seconds(now - 0.5) == 3.0
+    assert disruption._consolidation_seconds(now - 2.5) == pytest.approx(1.5, abs=0.05)
+    assert disruption._consolidation_seconds(now - 10.0) == disruption.MIN_CONSOLIDATION_SECONDS == 1.0

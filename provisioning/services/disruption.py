@@ -16,6 +16,7 @@ dashboard; every node left alone gets a sentence saying why.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -72,6 +73,7 @@ def run(now=None) -> Disruption | None:
     commands may be in progress at once, as in upstream's orchestration queue: their nodes use
     up the budgets and their pods need a home in every later simulation, and an expiring node
     never holds consolidation up."""
+    started = time.perf_counter()
     now = now or timezone.now()
     current = list(Disruption.objects.filter(state__in=ACTIVE).order_by("planned_at"))
     rechecked = [d for d in current if d.state == Disruption.State.PLANNED]
@@ -86,7 +88,7 @@ def run(now=None) -> Disruption | None:
     last = max((planner.METHODS.index(m) for m in methods if m), default=None)
     if last is not None and last == len(planner.METHODS) - 1:
         return dropped[0]
-    result = plan(now, after=None if last is None else planner.METHODS[last])
+    result = plan(now, after=None if last is None else planner.METHODS[last], round_started=started)
     recorded = [_record(command, now) for command in result.commands]
     return next(iter(recorded), next(iter(current), None))
 
@@ -104,12 +106,16 @@ def _release_strays() -> None:
             log.info("node %s: removed a karpenter.sh/disrupted taint no disruption in progress explains", node.name)
 
 
-def plan(now=None, recheck: Disruption | None = None, after: str | None = None):
+def plan(
+    now=None, recheck: Disruption | None = None, after: str | None = None, round_started: float | None = None
+):
     """The planners' view of the cluster now; also writes each node's note for the dashboard.
 
     ``recheck``: a planned command being validated. Only its nodes may be chosen then (the
     others still count for budgets and still take pods), so the question the planners answer
-    is "can these nodes still go, this way?", not "are they still the first choice?"."""
+    is "can these nodes still go, this way?", not "are they still the first choice?".
+    ``round_started`` (``time.perf_counter()``): when the round began, so consolidation keeps
+    to what is left of ``KARPWEB_DISRUPTION_ROUND_SECONDS``."""
     now = now or timezone.now()
     picture = _picture(now, recheck)
     candidates = picture.candidates
@@ -130,7 +136,7 @@ def plan(now=None, recheck: Disruption | None = None, after: str | None = None):
         now.timestamp(),
         spot_to_spot=spot_to_spot,
         after=after,
-        budget_seconds=settings.KARPWEB_CONSOLIDATION_SECONDS,
+        budget_seconds=_consolidation_seconds(round_started),
         resume=_resume(),
     )
     _resume(result.resume)
@@ -165,8 +171,6 @@ def _approved(command: Command) -> list:
 def what_if(now=None) -> dict:
     """What the round would plan now and why each node is or is not chosen, as
     ``simulate --disruption`` answers for documents; nothing is written."""
-    import time
-
     from provisioning.services.disruptionview import answer
 
     started = time.perf_counter()
@@ -182,6 +186,19 @@ def what_if(now=None) -> dict:
         resume=_resume(),  # where the next round goes on; read, not moved
     )
     return answer(picture, picture.candidates, result, time.perf_counter() - started)
+
+
+MIN_CONSOLIDATION_SECONDS = 1.0  # however long the round's other work took: consolidation goes on
+
+
+def _consolidation_seconds(round_started: float | None) -> float:
+    """How long this round's consolidation simulations may take: KARPWEB_CONSOLIDATION_SECONDS,
+    or what is left of KARPWEB_DISRUPTION_ROUND_SECONDS when that is less."""
+    budget = settings.KARPWEB_CONSOLIDATION_SECONDS
+    if round_started is None:
+        return budget
+    left = settings.KARPWEB_DISRUPTION_ROUND_SECONDS - (time.perf_counter() - round_started)
+    return min(budget, max(MIN_CONSOLIDATION_SECONDS, left))
 
 
 RESUME_KEY = "karpweb:disruption:single-node-resume"
