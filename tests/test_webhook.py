@@ -141,7 +141,8 @@ def test_another_kind_is_denied_with_a_message(client):
     assert result["allowed"] is False
     assert result["status"]["code"] == 400
     assert (
-        "karpweb validates NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)"
+        "karpweb validates NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) "
+        "or NodeOverlay (karpenter.sh/v1alpha1)"
         in (result["status"]["message"])
     )
 
