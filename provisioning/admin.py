@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from provisioning.models import AuditEntry, EC2NodeClass, NodePool
+from provisioning.models import AuditEntry, EC2NodeClass, NodeOverlay, NodePool
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -25,6 +25,12 @@ class NodePoolAdmin(ReadOnlyAdmin):
 @admin.register(EC2NodeClass)
 class EC2NodeClassAdmin(ReadOnlyAdmin):
     list_display = ("name", "generation", "updated_at")
+    search_fields = ("name",)
+
+
+@admin.register(NodeOverlay)
+class NodeOverlayAdmin(ReadOnlyAdmin):
+    list_display = ("name", "weight", "generation", "updated_at")
     search_fields = ("name",)
 
 

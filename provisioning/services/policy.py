@@ -1,4 +1,4 @@
-"""The policy plane: validate, apply and delete NodePools and EC2NodeClasses.
+"""The policy plane: validate, apply and delete NodePools, EC2NodeClasses and NodeOverlays.
 
 Every write, from the UI, REST, ``manage.py import`` or the cluster sync, goes through
 ``apply_manifest`` / ``delete_resource``: one validator, one audit trail, and optimistic
@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 
 from provisioning import crd
 from provisioning.crd.manifest import dump_yaml
-from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource, EC2NodeClass, NodePool
+from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource, EC2NodeClass, NodeOverlay, NodePool
 from provisioning.services import catalog
 from provisioning.services.dispatch import dispatcher
 
@@ -72,7 +72,7 @@ def nodepools_referencing(nodeclass_name: str) -> list[str]:
 def validate_manifest(document: Any, old: dict[str, Any] | None = None) -> crd.ValidationResult:
     """THE validator with the database (known EC2NodeClasses) and the catalog (which label
     values instance types have) as context."""
-    labels = catalog.catalog_labels() if crd.kind_of(document) is crd.NODEPOOL else None
+    labels = catalog.catalog_labels() if crd.kind_of(document) in (crd.NODEPOOL, crd.NODEOVERLAY) else None
     return crd.validate(document, old, nodeclass_exists=nodeclass_exists, catalog_labels=labels)
 
 
@@ -201,6 +201,8 @@ def _build(kind: str, document: dict[str, Any], current: CustomResource | None) 
 def _indexed(obj: CustomResource) -> dict[str, Any]:
     if isinstance(obj, NodePool):
         return {"node_class_name": obj.node_class_name, "weight": obj.weight}
+    if isinstance(obj, NodeOverlay):
+        return {"weight": obj.weight}
     return {}
 
 
