@@ -296,7 +296,7 @@ class NodeClaim(MovesByState, models.Model):
     def to_manifest(self) -> dict[str, Any]:
         """The karpenter.sh/v1 NodeClaim object created in a real cluster, so kubectl shows
         what was decided."""
-        spec = {k: v for k, v in self.spec.items() if k != "driftHashes"}
+        spec = {k: v for k, v in self.spec.items() if k not in ("driftHashes", "overlayCapacity")}
         hashes = self.spec.get("driftHashes") or {}
         return {
             "apiVersion": "karpenter.sh/v1",
@@ -315,6 +315,19 @@ class NodeClaim(MovesByState, models.Model):
     @property
     def provider_id(self) -> str:
         return f"aws:///{self.zone}/{self.instance_id}" if self.instance_id else ""
+
+    def with_overlay_capacity(self, instance_type: Any) -> Any:
+        """``instance_type`` (the catalog's) with the extended resources NodeOverlays added to it
+        when this claim was planned."""
+        import dataclasses
+
+        from provisioning.scheduling.quantity import to_int
+
+        extra = (self.spec.get("overlayCapacity") or {}).get(instance_type.name) or {}
+        if not extra:
+            return instance_type
+        added = {resource: to_int(resource, amount) for resource, amount in extra.items()}
+        return dataclasses.replace(instance_type, capacity={**instance_type.capacity, **added})
 
     def node_labels(self) -> dict[str, str]:
         """The labels its node registers with: its single-valued requirements and its labels."""

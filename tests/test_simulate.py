@@ -319,6 +319,8 @@ def test_the_json_has_exactly_the_shape_of_the_issue():
         "capacityType",
         "zone",
         "pricePerHour",
+        "listPricePerHour",
+        "overlays",
         "instanceTypeOptions",
         "pods",
     ]
@@ -329,6 +331,8 @@ def test_the_json_has_exactly_the_shape_of_the_issue():
         "capacityType": "spot",
         "zone": "us-east-1a",
         "pricePerHour": 0.0419,
+        "listPricePerHour": 0.0419,  # no NodeOverlay: the list price is the price
+        "overlays": [],
         "instanceTypeOptions": ["m7i.large", "c7i.xlarge"],  # distinct, price order, chosen first
         "pods": ["default/web-0"],
     }

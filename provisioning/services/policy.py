@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ from provisioning.crd.manifest import dump_yaml
 from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource, EC2NodeClass, NodeOverlay, NodePool
 from provisioning.services import catalog
 from provisioning.services.dispatch import dispatcher
+
+log = logging.getLogger(__name__)
 
 
 class PolicyError(Exception):
@@ -121,11 +124,15 @@ def apply_manifest(
         with transaction.atomic():
             applied = _save(kind.kind, defaulted, source, actor, expected_version, result.warnings, create_only)
             _export_later(kind.kind, applied.obj.name, source)
-            return applied
     except IntegrityError:
         # Two creates of one name raced; the loser is told, as the API server would.
         name = defaulted["metadata"]["name"]
         raise AlreadyExists(None, f"{kind.kind} {name!r} was created concurrently") from None
+    if applied.action != "unchanged":
+        _judge_overlays(kind.kind)
+        if isinstance(applied.obj, NodeOverlay):
+            applied.obj.refresh_from_db(fields=["status"])
+    return applied
 
 
 def _save(
@@ -224,7 +231,22 @@ def delete_resource(
         current.delete()
         record(current, AuditEntry.Action.DELETED, source, actor, before, None)
         _export_later(kind, name, source)
+    _judge_overlays(kind)
     return warnings
+
+
+def _judge_overlays(kind: str) -> None:
+    """After a policy changed, the NodeOverlays' status says again which apply (a new overlay
+    may conflict with one of equal weight; a NodePool's labels decide what they reach). The
+    minutely refresh catches what else changes; a failure here never fails the write."""
+    if kind not in RESOURCE_MODELS or not NodeOverlay.objects.exists():
+        return
+    from provisioning.services import overlays
+
+    try:
+        overlays.refresh_status()
+    except Exception:  # noqa: BLE001 - the write is done; the next refresh tries again
+        log.exception("NodeOverlay status after a change of a %s", kind)
 
 
 def _export_later(kind: str, name: str, source: str) -> None:

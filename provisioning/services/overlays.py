@@ -1,0 +1,103 @@
+"""NodeOverlays' status: whether each is applied or left out for a conflict, and where it
+reaches, as upstream's NodeOverlay controller reports it (conditions ``ValidationSucceeded``
+and ``Ready``).
+
+What an overlay does is decided where every plan decides it (``simulate.overlaid``, over
+``scheduling.overlays``); this module only writes the verdict on the rows: after a NodeOverlay
+is written, and every minute (a NodePool's labels or the catalog can change the answer).
+Written only when it changed, without a new resourceVersion (status is observed state, as for
+EC2NodeClasses), so nobody's edit turns into a conflict.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from provisioning.models import NodeOverlay
+from provisioning.scheduling.overlays import Applied
+
+log = logging.getLogger(__name__)
+
+VALIDATION_SUCCEEDED = "ValidationSucceeded"
+READY = "Ready"
+CONFLICT = "Conflict"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One overlay as the catalog applies it now."""
+
+    conflict: str  # why it is left out ("" when applied)
+    reach: dict[str, int]  # NodePool → instance types it changes there
+
+    @property
+    def applied(self) -> bool:
+        return not self.conflict
+
+    def describe(self) -> str:
+        """For people: ``changes 12 instance types of NodePool general`` or the conflict."""
+        if self.conflict:
+            return f"not applied: it {self.conflict}"
+        if not self.reach:
+            return "matches no instance type of any NodePool"
+        pools = ", ".join(f"{n} of NodePool {pool}" for pool, n in self.reach.items())
+        return f"changes {sum(self.reach.values())} instance types: {pools}"
+
+
+def evaluate() -> dict[str, Verdict]:
+    """Every stored NodeOverlay's verdict against the policies and catalog in force (empty when
+    the policies cannot be read: the provisioning run says why)."""
+    from provisioning.services.catalog import load_catalog
+    from provisioning.services.provision import policy_documents
+    from provisioning.services.simulate import SimulateError, overlay_report
+
+    names = list(NodeOverlay.objects.values_list("name", flat=True))
+    if not names:
+        return {}
+    try:
+        applied: Applied = overlay_report(policy_documents(), catalog=load_catalog())
+    except SimulateError as exc:
+        log.warning("NodeOverlay status: the policies do not read: %s", exc)
+        return {}
+    return {name: Verdict(applied.conflicts.get(name, ""), applied.reach.get(name, {})) for name in names}
+
+
+def refresh_status() -> dict[str, bool]:
+    """Write each NodeOverlay's conditions where they changed; name → applied."""
+    verdicts = evaluate()
+    for overlay in NodeOverlay.objects.filter(name__in=list(verdicts)):
+        status = status_of(overlay, verdicts[overlay.name])
+        if status != overlay.status:
+            # Conditional on the generation judged: an edit meanwhile is judged by its own refresh.
+            NodeOverlay.objects.filter(pk=overlay.pk, generation=overlay.generation).update(status=status)
+    return {name: verdict.applied for name, verdict in verdicts.items()}
+
+
+def status_of(overlay: NodeOverlay, verdict: Verdict, now: datetime | None = None) -> dict[str, Any]:
+    """The overlay's status with ``ValidationSucceeded`` and ``Ready`` for the verdict; other
+    keys (the cluster sync's note) are kept, and a condition keeps its lastTransitionTime while
+    its status holds."""
+    moment = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    before = {c.get("type"): c for c in (overlay.status or {}).get("conditions") or [] if isinstance(c, dict)}
+
+    def condition(kind: str) -> dict[str, Any]:
+        value = "True" if verdict.applied else "False"
+        kept = before.get(kind, {})
+        return {
+            "type": kind,
+            "status": value,
+            "reason": kind if verdict.applied else CONFLICT,
+            "message": "" if verdict.applied else f"not applied: it {verdict.conflict}",
+            "lastTransitionTime": kept.get("lastTransitionTime") if kept.get("status") == value else moment,
+            "observedGeneration": overlay.generation,
+        }
+
+    conditions = [condition(VALIDATION_SUCCEEDED), condition(READY)]
+    if [dict(c, lastTransitionTime=None) for c in conditions] == [
+        dict(before.get(c["type"], {}), lastTransitionTime=None) for c in conditions
+    ]:
+        return overlay.status
+    return {**(overlay.status or {}), "conditions": conditions}
