@@ -163,12 +163,29 @@ class NodeOverlay(CustomResource):
             parts.append("capacity " + ", ".join(f"{k} {v}" for k, v in capacity.items()))
         return "; ".join(parts)
 
+    @property
+    def matches(self) -> str:
+        """Its requirements in a few words: ``instance-family In m7i, c7i; capacity-type In on-demand``."""
+        parts = []
+        for r in self.spec.get("requirements") or []:
+            if not isinstance(r, dict):
+                continue
+            key = str(r.get("key", "")).rsplit("/", 1)[-1]
+            values = ", ".join(str(v) for v in r.get("values") or [])
+            parts.append(f"{key} {r.get('operator', '')} {values}".strip())
+        return "; ".join(parts) or "every instance type"
+
     def condition(self, kind: str) -> dict[str, Any] | None:
         """The status condition of that type (Ready, ValidationSucceeded), once evaluated."""
         for condition in self.status.get("conditions") or []:
             if isinstance(condition, dict) and condition.get("type") == kind:
                 return condition
         return None
+
+    @property
+    def ready(self) -> dict[str, Any] | None:
+        """Ready: applied (True), or left out for a conflict (False, with why)."""
+        return self.condition("Ready")
 
 
 RESOURCE_MODELS: dict[str, type[CustomResource]] = {

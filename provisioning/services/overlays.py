@@ -38,13 +38,16 @@ class Verdict:
         return not self.conflict
 
     def describe(self) -> str:
-        """For people: ``changes 12 instance types of NodePool general`` or the conflict."""
+        """What follows "It": ``changes 12 instance types of NodePool general``, or the conflict."""
         if self.conflict:
-            return f"not applied: it {self.conflict}"
+            return f"is not applied: it {self.conflict}"
         if not self.reach:
             return "matches no instance type of any NodePool"
+        if len(self.reach) == 1:
+            ((pool, count),) = self.reach.items()
+            return f"changes {count} instance types of NodePool {pool}"
         pools = ", ".join(f"{n} of NodePool {pool}" for pool, n in self.reach.items())
-        return f"changes {sum(self.reach.values())} instance types: {pools}"
+        return f"changes {sum(self.reach.values())} instance types ({pools})"
 
 
 def evaluate() -> dict[str, Verdict]:
