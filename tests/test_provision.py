@@ -565,3 +565,29 @@ def test_overlay_status_says_which_applies_after_every_policy_change(redis, poli
     assert "(NodePool general)" in message
     delete_resource("NodeOverlay", "savings-plan", source="cli")
     assert ready("edp") == ("True", "Ready")
+
+
+def test_the_demo_of_make_run_shows_an_overlay_changing_a_decision(redis, settings):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from provisioning.models import NodeOverlay
+    from provisioning.services import demo
+
+    settings.KARPWEB_CLUSTER = "simulated"
+    call_command("seed_demo")
+    assert NodeOverlay.objects.get().ready["status"] == "True"
+    demo.step(0.0)  # cache: 4 replicas of 250m and 4Gi, on demand
+    decision = provision.provision_once()
+    cache = [c for c in decision.claims.all() if any(p.startswith("demo/cache-") for p in c.pods)]
+    overlaid = [c for c in cache if c.launch_options[0].get("overlays") == ["compute-savings-plan"]]
+    assert overlaid, [(c.launch_options[0], c.pods) for c in cache]
+    first = overlaid[0].launch_options[0]
+    assert first["instanceType"].startswith("r7i.") and first["price"] < first["listPrice"]
+    # At list price another type is cheaper: the overlay changed the decision, and the page says so.
+    cheaper_at_list = [a for a in overlaid[0].alternatives if a["price"] < first["listPrice"] and "overlays" not in a]
+    assert cheaper_at_list
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "", "pw"))
+    page = client.get(f"/decisions/{decision.pk}/").content.decode()
+    assert '<a href="/policies/NodeOverlay/compute-savings-plan/">compute-savings-plan</a>' in page
