@@ -342,6 +342,16 @@ def test_sim_apply_status_and_delete(tmp_path, capsys, policies, settings):
     connections.reset()
 
 
+def test_sim_apply_applies_the_nodeoverlays_of_the_file_as_policies(tmp_path, policies):
+    from provisioning.models import AuditEntry, NodeOverlay
+
+    path = tmp_path / "app.yaml"
+    path.write_text(yaml.safe_dump_all([SAVINGS_PLAN, deployment("cache", 1, cpu="250m", memory="4Gi")]))
+    call_command("sim", "apply", "-f", str(path))
+    assert NodeOverlay.objects.get().spec["priceAdjustment"] == "-27%"
+    assert AuditEntry.objects.get(kind="NodeOverlay").actor == "sim apply"
+
+
 def test_sim_apply_rejects_bad_input_naming_the_document(tmp_path, capsys, policies):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(deployment("web", -1)))
