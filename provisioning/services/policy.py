@@ -244,7 +244,8 @@ def _judge_overlays(kind: str) -> None:
     from provisioning.services import overlays
 
     try:
-        overlays.refresh_status()
+        with transaction.atomic():  # a savepoint: a failure here leaves an outer transaction usable
+            overlays.refresh_status()
     except Exception:  # noqa: BLE001 - the write is done; the next refresh tries again
         log.exception("NodeOverlay status after a change of a %s", kind)
 
