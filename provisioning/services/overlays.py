@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from provisioning.crd.labels import CAPACITY_TYPE, NODEPOOL, ZONE
 from provisioning.models import NodeOverlay
 from provisioning.scheduling.overlays import Applied
+from provisioning.scheduling.requirements import INSTANCE_TYPE_LABELS, OFFERING_LABELS
+from provisioning.scheduling.snapshot import NodePoolInput
 
 log = logging.getLogger(__name__)
 
@@ -31,23 +34,23 @@ class Verdict:
     """One overlay as the catalog applies it now."""
 
     conflict: str  # why it is left out ("" when applied)
-    reach: dict[str, int]  # NodePool → instance types it changes there
+    reach: dict[str, int]  # NodePool → instance types it changes there, of those the NodePool allows
 
     @property
     def applied(self) -> bool:
         return not self.conflict
 
     def describe(self) -> str:
-        """What follows "It": ``changes 12 instance types of NodePool general``, or the conflict."""
+        """What follows "It": ``changes 12 instance types NodePool general allows``, or the conflict."""
         if self.conflict:
             return f"is not applied: it {self.conflict}"
         if not self.reach:
-            return "matches no instance type of any NodePool"
+            return "changes no instance type a NodePool allows"
         if len(self.reach) == 1:
             ((pool, count),) = self.reach.items()
-            return f"changes {count} instance types of NodePool {pool}"
-        pools = ", ".join(f"{n} of NodePool {pool}" for pool, n in self.reach.items())
-        return f"changes {sum(self.reach.values())} instance types ({pools})"
+            return f"changes {count} instance types NodePool {pool} allows"
+        pools = ", ".join(f"{n} of NodePool {pool}" for pool, n in sorted(self.reach.items()))
+        return f"changes {sum(self.reach.values())} instance types the NodePools allow ({pools})"
 
 
 def evaluate() -> dict[str, Verdict]:
@@ -61,11 +64,37 @@ def evaluate() -> dict[str, Verdict]:
     if not names:
         return {}
     try:
-        applied: Applied = overlay_report(policy_documents(), catalog=load_catalog())
+        pools, applied = overlay_report(policy_documents(), catalog=load_catalog())
     except SimulateError as exc:
         log.warning("NodeOverlay status: the policies do not read: %s", exc)
         return {}
-    return {name: Verdict(applied.conflicts.get(name, ""), applied.reach.get(name, {})) for name in names}
+    reach = _launchable_reach(pools, applied)
+    return {name: Verdict(applied.conflicts.get(name, ""), reach.get(name, {})) for name in names}
+
+
+def _launchable_reach(pools: list[NodePoolInput], applied: Applied) -> dict[str, dict[str, int]]:
+    """Overlay → NodePool → how many instance types it changes that the NodePool's requirements
+    allow (an overlay is laid over every type of the EC2NodeClass, as upstream's; a person asks
+    what it changes of what the NodePool launches)."""
+    out: dict[str, dict[str, int]] = {}
+    for pool in pools:
+        zone, capacity_type = pool.requirements.get(ZONE), pool.requirements.get(CAPACITY_TYPE)
+        on_types = pool.requirements.without(*OFFERING_LABELS, NODEPOOL)
+        for it in applied.instance_types.get(pool.name, ()):
+            offerings = [
+                o
+                for o in it.offerings
+                if (zone is None or zone.has(o.zone)) and (capacity_type is None or capacity_type.has(o.capacity_type))
+            ]
+            names = set(it.overlays) if offerings else set()
+            names.update(n for o in offerings for n in o.overlays)
+            keys = INSTANCE_TYPE_LABELS | set(it.labels)
+            if not names or not on_types.only(keys).matches(it.labels):
+                continue
+            for name in names:
+                per_pool = out.setdefault(name, {})
+                per_pool[pool.name] = per_pool.get(pool.name, 0) + 1
+    return out
 
 
 def refresh_status() -> dict[str, bool]:

@@ -84,10 +84,10 @@ def build_snapshot(documents: Iterable[Any], **options: Any) -> tuple[Snapshot, 
     return snapshot, notes
 
 
-def overlay_report(policies: Iterable[Any], *, catalog: Catalog) -> Applied:
+def overlay_report(policies: Iterable[Any], *, catalog: Catalog) -> tuple[list[NodePoolInput], Applied]:
     """What the NodeOverlays among ``policies`` (policy documents, as provisioning reads them)
-    do to the NodePools' instance types: the same application, and cache, as every plan's;
-    for the overlays' status. Raises :class:`SimulateError` on invalid input."""
+    do to the NodePools' instance types (the same application, and cache, as every plan's),
+    with the NodePools; for the overlays' status. Raises :class:`SimulateError` on invalid input."""
     notes: list[str] = []
     nodeclasses, nodepools, overlays = _validate_policies([d for d in policies if isinstance(d, dict)], catalog, notes)
     inputs = [
@@ -95,7 +95,7 @@ def overlay_report(policies: Iterable[Any], *, catalog: Catalog) -> Applied:
         for name, spec in _usable_nodepools(nodepools, notes)
         if (nodepool := _nodepool_input(name, spec, nodeclasses, catalog, None, (), notes)) is not None
     ]
-    return overlaid(inputs, overlays)
+    return inputs, overlaid(inputs, overlays)
 
 
 def read_cluster(
