@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group
 from rest_framework.authtoken.admin import TokenAdmin
 from rest_framework.authtoken.models import TokenProxy
 
-from provisioning.models import AuditEntry, EC2NodeClass, NodePool
+from provisioning.models import AuditEntry, EC2NodeClass, NodeOverlay, NodePool
 from provisioning.ui.access import ADMIN, ROLES
 
 User = get_user_model()
@@ -44,6 +44,12 @@ class NodePoolAdmin(ReadOnlyAdmin):
 @admin.register(EC2NodeClass)
 class EC2NodeClassAdmin(ReadOnlyAdmin):
     list_display = ("name", "generation", "updated_at")
+    search_fields = ("name",)
+
+
+@admin.register(NodeOverlay)
+class NodeOverlayAdmin(ReadOnlyAdmin):
+    list_display = ("name", "weight", "generation", "updated_at")
     search_fields = ("name",)
 
 

@@ -135,9 +135,63 @@ class EC2NodeClass(CustomResource):
         return ", ".join(words)
 
 
+class NodeOverlay(CustomResource):
+    """karpenter.sh/v1alpha1 NodeOverlay: prices and extended resources laid over the catalog
+    for the instance types and offerings its requirements match."""
+
+    crd_kind = crd.NODEOVERLAY
+
+    weight = models.IntegerField(default=0, db_index=True)
+
+    class Meta(CustomResource.Meta):
+        ordering = ["-weight", "name"]
+
+    def index_spec(self) -> None:
+        self.weight = crd.nodeoverlay.weight_of(self.spec)
+
+    @property
+    def effect(self) -> str:
+        """What it does, in a few words: ``price 0.42/h``, ``price -27%``, ``capacity example.com/fuse 1``."""
+        parts = []
+        if self.spec.get("price") is not None:
+            parts.append(f"price {self.spec['price']}/h")
+        adjustment = self.spec.get("priceAdjustment")
+        if adjustment is not None:
+            parts.append(f"price {adjustment}" + ("" if str(adjustment).endswith("%") else "/h"))
+        capacity = self.spec.get("capacity") or {}
+        if capacity:
+            parts.append("capacity " + ", ".join(f"{k} {v}" for k, v in capacity.items()))
+        return "; ".join(parts)
+
+    @property
+    def matches(self) -> str:
+        """Its requirements in a few words: ``instance-family In m7i, c7i; capacity-type In on-demand``."""
+        parts = []
+        for r in self.spec.get("requirements") or []:
+            if not isinstance(r, dict):
+                continue
+            key = str(r.get("key", "")).rsplit("/", 1)[-1]
+            values = ", ".join(str(v) for v in r.get("values") or [])
+            parts.append(f"{key} {r.get('operator', '')} {values}".strip())
+        return "; ".join(parts) or "every instance type"
+
+    def condition(self, kind: str) -> dict[str, Any] | None:
+        """The status condition of that type (Ready, ValidationSucceeded), once evaluated."""
+        for condition in self.status.get("conditions") or []:
+            if isinstance(condition, dict) and condition.get("type") == kind:
+                return condition
+        return None
+
+    @property
+    def ready(self) -> dict[str, Any] | None:
+        """Ready: applied (True), or left out for a conflict (False, with why)."""
+        return self.condition("Ready")
+
+
 RESOURCE_MODELS: dict[str, type[CustomResource]] = {
     "NodePool": NodePool,
     "EC2NodeClass": EC2NodeClass,
+    "NodeOverlay": NodeOverlay,
 }
 
 
@@ -225,7 +279,11 @@ class NodeClaim(MovesByState, models.Model):
     instance_type = models.CharField(max_length=64, blank=True)
     zone = models.CharField(max_length=64, blank=True)
     capacity_type = models.CharField(max_length=16, blank=True, db_index=True)
+    # What it costs: the effective price, after NodeOverlays (a Savings Plan, a licence), of the
+    # offering it launched as; and that offering's list price before them (null: not known, the
+    # claim predates overlays; the list price is then the effective one).
     price_per_hour = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    list_price_per_hour = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     node_name = models.CharField(max_length=253, blank=True)
     launch_attempts = models.PositiveIntegerField(default=0)
     # The token of the batch launched with one fleet with it (the fleet's ClientToken), while
@@ -255,7 +313,7 @@ class NodeClaim(MovesByState, models.Model):
     def to_manifest(self) -> dict[str, Any]:
         """The karpenter.sh/v1 NodeClaim object created in a real cluster, so kubectl shows
         what was decided."""
-        spec = {k: v for k, v in self.spec.items() if k != "driftHashes"}
+        spec = {k: v for k, v in self.spec.items() if k not in ("driftHashes", "overlayCapacity")}
         hashes = self.spec.get("driftHashes") or {}
         return {
             "apiVersion": "karpenter.sh/v1",
@@ -274,6 +332,19 @@ class NodeClaim(MovesByState, models.Model):
     @property
     def provider_id(self) -> str:
         return f"aws:///{self.zone}/{self.instance_id}" if self.instance_id else ""
+
+    def with_overlay_capacity(self, instance_type: Any) -> Any:
+        """``instance_type`` (the catalog's) with the extended resources NodeOverlays added to it
+        when this claim was planned."""
+        import dataclasses
+
+        from provisioning.scheduling.quantity import to_int
+
+        extra = (self.spec.get("overlayCapacity") or {}).get(instance_type.name) or {}
+        if not extra:
+            return instance_type
+        added = {resource: to_int(resource, amount) for resource, amount in extra.items()}
+        return dataclasses.replace(instance_type, capacity={**instance_type.capacity, **added})
 
     def node_labels(self) -> dict[str, str]:
         """The labels its node registers with: its single-valued requirements and its labels."""

@@ -112,6 +112,14 @@ def resolve_nodeclasses() -> dict[str, bool]:
     return {nc.name: cloud.resolve_nodeclass(nc).ready for nc in EC2NodeClass.objects.all()}
 
 
+@shared_task(name="provisioning.tasks.refresh_nodeoverlays")
+def refresh_nodeoverlays() -> dict[str, bool]:
+    """Say on each NodeOverlay's status whether it is applied or left out for a conflict."""
+    from provisioning.services import overlays
+
+    return overlays.refresh_status()
+
+
 @shared_task(name="provisioning.tasks.collect_garbage")
 def collect_garbage() -> list[str]:
     """Terminate instances of this cluster that no NodeClaim owns (older than 30 s)."""

@@ -409,3 +409,40 @@ def test_a_process_kept_warm_calls_createfleet_first(env, queued, monkeypatch, d
     noted = {c["clientToken"]: c for c in env.launch_calls() if c["action"] == "CreateFleet"}
     for row in NodeClaim.objects.all():
         assert noted[row.launch_batch or str(row.uid)]["at"] > 0
+
+
+# ------------------------------------------------------------------ NodeOverlay prices at launch
+
+
+def test_a_claim_priced_by_an_overlay_launches_by_priority_and_records_list_and_effective_prices(env):
+    c = claim("general-ovrly", [])
+    c.launch_options = [
+        # m7i at 27% off is cheaper than m5 at list: EC2 must follow our order, not its own prices.
+        {"instanceType": "m7i.large", "zone": "us-east-1a", "capacityType": "on-demand", "price": 0.073584,
+         "listPrice": 0.1008, "overlays": ["savings-plan"]},
+        {"instanceType": "m5.large", "zone": "us-east-1a", "capacityType": "on-demand", "price": 0.096},
+    ]  # fmt: skip
+    c.save()
+    cloud_service.launch_nodeclaim(c.pk)
+    c.refresh_from_db()
+    assert (c.state, c.instance_type) == ("launched", "m7i.large")
+    assert (float(c.price_per_hour), float(c.list_price_per_hour)) == (0.073584, 0.1008)
+    fleet = next(
+        f
+        for f in ec2(env).describe_fleets()["Fleets"]
+        if {t["Key"]: t["Value"] for t in f.get("Tags", [])}.get("karpenter.sh/nodeclaim") == c.name
+    )
+    assert fleet["OnDemandOptions"] == {"AllocationStrategy": "prioritized"}
+
+
+def test_a_claim_without_overlays_records_its_price_as_list_price_and_launches_by_lowest_price(env):
+    c = claim("general-plain", [("m5.large", "us-east-1a", "on-demand", 0.096)])
+    cloud_service.launch_nodeclaim(c.pk)
+    c.refresh_from_db()
+    assert (float(c.price_per_hour), float(c.list_price_per_hour)) == (0.096, 0.096)
+    fleet = next(
+        f
+        for f in ec2(env).describe_fleets()["Fleets"]
+        if {t["Key"]: t["Value"] for t in f.get("Tags", [])}.get("karpenter.sh/nodeclaim") == c.name
+    )
+    assert fleet["OnDemandOptions"] == {"AllocationStrategy": "lowest-price"}

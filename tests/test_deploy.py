@@ -337,7 +337,20 @@ def test_the_webhook_fails_closed_quickly_through_its_service(docs):
     assert [w["name"] for w in configuration["webhooks"]] == [
         "nodepools.validation.karpweb.io",
         "ec2nodeclasses.validation.karpweb.io",
+        "nodeoverlays.validation.karpweb.io",
     ]
+    # Every kind the validator serves is sent to it, each by exactly one webhook.
+    from provisioning.crd import KINDS
+
+    matched = [
+        (group, version, resource)
+        for webhook in configuration["webhooks"]
+        for rule in webhook["rules"]
+        for group in rule["apiGroups"]
+        for version in rule["apiVersions"]
+        for resource in rule["resources"]
+    ]
+    assert sorted(matched) == sorted((k.group, k.version, k.plural) for k in KINDS.values())
     for webhook in configuration["webhooks"]:
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["timeoutSeconds"] == 5

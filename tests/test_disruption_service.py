@@ -240,3 +240,26 @@ def test_consolidation_gets_what_is_left_of_the_round(settings):
     assert disruption._consolidation_seconds(now - 0.5) == 3.0
     assert disruption._consolidation_seconds(now - 2.5) == pytest.approx(1.5, abs=0.05)
     assert disruption._consolidation_seconds(now - 10.0) == disruption.MIN_CONSOLIDATION_SECONDS == 1.0
+
+
+def test_nodes_are_priced_with_the_nodeoverlays_in_force(cluster):
+    overlay = {
+        "apiVersion": "karpenter.sh/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": "agreed-price"},
+        "spec": {
+            "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]}],
+            "price": "0.05",
+        },
+    }
+    add_node("ip-listed")  # launched at list price, before the overlay
+    apply_manifest(overlay, source="cli")
+    planned = disruption.run(timezone.now())
+    assert planned.reason == "Empty" and float(planned.savings_per_hour) == pytest.approx(0.05)
+
+
+def test_a_node_an_overlay_no_longer_prices_costs_its_list_price_again(cluster):
+    add_node("ip-discounted", price=0.1)
+    NodeClaim.objects.filter(name="claim-ip-discounted").update(list_price_per_hour=0.192)
+    planned = disruption.run(timezone.now())
+    assert planned.reason == "Empty" and float(planned.savings_per_hour) == pytest.approx(0.192)

@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 
 from provisioning import crd
 from provisioning.crd.manifest import load_documents
-from provisioning.models import AuditEntry, EC2NodeClass, NodePool
+from provisioning.models import AuditEntry, EC2NodeClass, NodeOverlay, NodePool
 from provisioning.services.policy import Conflict, Invalid, apply_manifest, delete_resource
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -266,3 +266,40 @@ def test_a_field_path_in_text_that_is_not_yaml_has_no_line():
 
     assert line_of("a: [", "a") is None
     assert line_of("", "a") is None
+
+
+SAVINGS_PLAN = """\
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata:
+  name: savings-plan
+spec:
+  weight: 10
+  requirements:
+    - key: karpenter.k8s.aws/instance-family
+      operator: In
+      values: ["m7i"]
+  priceAdjustment: "-27%"
+"""
+
+
+def test_a_nodeoverlay_round_trips_through_import_and_export_and_is_audited(tmp_path):
+    path = tmp_path / "overlay.yaml"
+    path.write_text(SAVINGS_PLAN)
+    out, _ = import_("-f", str(path))
+    assert out.splitlines() == ["nodeoverlay.karpenter.sh/savings-plan created"]
+    (exported,) = load_documents(export("--for-apply", "--kind", "NodeOverlay"))
+    assert exported == load_documents(SAVINGS_PLAN.encode())[0]
+    assert [d["kind"] for d in load_documents(export())] == ["NodeOverlay"]
+    entry = AuditEntry.objects.get(kind="NodeOverlay")
+    assert (entry.name, entry.action, entry.source) == ("savings-plan", "created", "cli")
+
+
+def test_an_invalid_nodeoverlay_is_not_imported_and_the_error_names_document_and_field(tmp_path):
+    path = tmp_path / "overlay.yaml"
+    path.write_text(SAVINGS_PLAN.replace('"-27%"', '"27%"'))
+    with pytest.raises(CommandError) as error:
+        import_("-f", str(path))
+    assert "NodeOverlay/savings-plan is invalid" in str(error.value)
+    assert 'spec.priceAdjustment: Invalid value: "27%"' in str(error.value)
+    assert not NodeOverlay.objects.exists()

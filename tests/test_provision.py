@@ -342,6 +342,16 @@ def test_sim_apply_status_and_delete(tmp_path, capsys, policies, settings):
     connections.reset()
 
 
+def test_sim_apply_applies_the_nodeoverlays_of_the_file_as_policies(tmp_path, policies):
+    from provisioning.models import AuditEntry, NodeOverlay
+
+    path = tmp_path / "app.yaml"
+    path.write_text(yaml.safe_dump_all([SAVINGS_PLAN, deployment("cache", 1, cpu="250m", memory="4Gi")]))
+    call_command("sim", "apply", "-f", str(path))
+    assert NodeOverlay.objects.get().spec["priceAdjustment"] == "-27%"
+    assert AuditEntry.objects.get(kind="NodeOverlay").actor == "sim apply"
+
+
 def test_sim_apply_rejects_bad_input_naming_the_document(tmp_path, capsys, policies):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(deployment("web", -1)))
@@ -465,3 +475,129 @@ def test_a_run_records_nominated_and_failed_scheduling_events(redis, policies, d
     assert (failed.type, failed.reason) == ("Warning", "FailedScheduling")
     reason = ClusterPod.objects.get(name="huge-0").unschedulable_reason
     assert reason and failed.message == f"Failed to schedule pod, {reason}"
+
+
+# ------------------------------------------------------------------ NodeOverlays in a provisioning run
+
+
+def nodeoverlay(name: str, spec: dict) -> dict:
+    return {"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name}, "spec": spec}
+
+
+SAVINGS_PLAN = nodeoverlay(
+    "savings-plan",
+    {
+        "weight": 10,
+        "requirements": [
+            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["r7i"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+        ],
+        "priceAdjustment": "-27%",
+    },
+)
+
+
+def test_a_run_compares_overlaid_prices_and_records_which_overlay_set_each(redis, policies):
+    submit(deployment("cache", 4, cpu="250m", memory="4Gi"))
+    apply_manifest(SAVINGS_PLAN, source="cli")
+    decision = provision.provision_once()
+    claim = decision.claims.get(launch_options__0__instanceType="r7i.large")
+    first = claim.launch_options[0]
+    assert first["overlays"] == ["savings-plan"]
+    assert first["listPrice"] == 0.1323 and first["price"] == pytest.approx(0.1323 * 0.73)
+    # Every option it compared says what priced it: the discounted ones name the overlay.
+    r7i = [o for o in claim.launch_options if o["instanceType"].split(".")[0] == "r7i"]
+    others = [o for o in claim.launch_options if o["instanceType"].split(".")[0] != "r7i"]
+    assert r7i and others
+    assert all(o["overlays"] == ["savings-plan"] and o["listPrice"] > o["price"] for o in r7i)
+    assert all("overlays" not in o and "listPrice" not in o for o in others)
+    assert any("overlays" not in a and a["price"] > first["price"] for a in claim.alternatives)
+    assert "(list $0.1323, NodeOverlay savings-plan)" in claim.why
+    assert claim.spec["annotations"]["karpenter.sh/price-overlay-applied"] == "true"
+    assert float(decision.total_price_per_hour) == pytest.approx(
+        sum(c.launch_options[0]["price"] for c in decision.claims.all())
+    )
+
+
+def test_a_changed_overlay_makes_a_prepared_run_solve_again(redis, policies):
+    key = provision.verify_key()
+    apply_manifest(SAVINGS_PLAN, source="cli")
+    assert provision.verify_key() != key
+
+
+def test_extended_resources_of_an_overlay_reach_the_node_the_simulated_kubelet_registers(redis, policies):
+    fuse = nodeoverlay(
+        "fuse",
+        {
+            "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["c5"]}],
+            "capacity": {"smarter-devices/fuse": 2},
+        },
+    )
+    apply_manifest(fuse, source="cli")
+    app = deployment("app", 1)
+    app["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"smarter-devices/fuse": "1"}
+    submit(app)
+    claim = provision.provision_once().claims.get()
+    chosen = claim.launch_options[0]["instanceType"]
+    assert chosen.startswith("c5.") and claim.spec["overlayCapacity"][chosen] == {"smarter-devices/fuse": "2"}
+    assert "overlayCapacity" not in claim.to_manifest()["spec"]
+    # While in flight, the next run sees the claim with the resource (its pod stays nominated to it).
+    assert provision.provision_once() is None
+    launched(claim, chosen)
+    (name,) = simulated.register_launched(0, bundled_catalog().instance_type)
+    node = ClusterNode.objects.get(name=name)
+    assert node.manifest["status"]["capacity"]["smarter-devices/fuse"] == "2"
+    assert simulated.bind_pending(solve) == 1
+
+
+def test_overlay_status_says_which_applies_after_every_policy_change(redis, policies):
+    from provisioning.models import NodeOverlay
+    from provisioning.services.policy import delete_resource
+
+    def ready(name):
+        condition = NodeOverlay.objects.get(name=name).condition("Ready")
+        return condition["status"], condition["reason"]
+
+    apply_manifest(SAVINGS_PLAN, source="cli")
+    team = {"key": "example.com/team", "operator": "In", "values": ["data"]}
+    requirements = [*SAVINGS_PLAN["spec"]["requirements"], team]
+    for_data = nodeoverlay("edp", {**SAVINGS_PLAN["spec"], "requirements": requirements, "priceAdjustment": "-5%"})
+    apply_manifest(for_data, source="cli")
+    # No NodePool is labelled for the data team: it reaches nothing, so it meets nothing.
+    assert ready("savings-plan") == ("True", "Ready") and ready("edp") == ("True", "Ready")
+    labelled = json.loads(json.dumps(GENERAL))
+    labelled["spec"]["template"]["metadata"] = {"labels": {"example.com/team": "data"}}
+    apply_manifest(labelled, source="cli")
+    # Now both reach general's r7i at weight 10: the name later in the alphabet (savings-plan) wins.
+    assert ready("savings-plan") == ("True", "Ready") and ready("edp") == ("False", "Conflict")
+    message = NodeOverlay.objects.get(name="edp").condition("ValidationSucceeded")["message"]
+    assert message.startswith("not applied: it conflicts with NodeOverlay savings-plan of the same weight (10)")
+    assert "(NodePool general)" in message
+    delete_resource("NodeOverlay", "savings-plan", source="cli")
+    assert ready("edp") == ("True", "Ready")
+
+
+def test_the_demo_of_make_run_shows_an_overlay_changing_a_decision(redis, settings):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from provisioning.models import NodeOverlay
+    from provisioning.services import demo
+
+    settings.KARPWEB_CLUSTER = "simulated"
+    call_command("seed_demo")
+    assert NodeOverlay.objects.get().ready["status"] == "True"
+    demo.step(0.0)  # cache: 4 replicas of 250m and 4Gi, on demand
+    decision = provision.provision_once()
+    cache = [c for c in decision.claims.all() if any(p.startswith("demo/cache-") for p in c.pods)]
+    overlaid = [c for c in cache if c.launch_options[0].get("overlays") == ["compute-savings-plan"]]
+    assert overlaid, [(c.launch_options[0], c.pods) for c in cache]
+    first = overlaid[0].launch_options[0]
+    assert first["instanceType"].startswith("r7i.") and first["price"] < first["listPrice"]
+    # At list price another type is cheaper: the overlay changed the decision, and the page says so.
+    cheaper_at_list = [a for a in overlaid[0].alternatives if a["price"] < first["listPrice"] and "overlays" not in a]
+    assert cheaper_at_list
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "", "pw"))
+    page = client.get(f"/decisions/{decision.pk}/").content.decode()
+    assert '<a href="/policies/NodeOverlay/compute-savings-plan/">compute-savings-plan</a>' in page

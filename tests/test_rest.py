@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from uipages import add_decision, add_disruption, add_node, add_pod
 
 from provisioning import crd
-from provisioning.models import AuditEntry, NodePool
+from provisioning.models import AuditEntry, NodeClaim, NodeOverlay, NodePool
 from provisioning.rest.throttling import PerToken
 from provisioning.services.policy import apply_manifest
 
@@ -560,6 +560,7 @@ READS = [
     "/api/v1/nodepools/general/",
     "/api/v1/ec2nodeclasses/",
     "/api/v1/ec2nodeclasses/default/",
+    "/api/v1/nodeoverlays/",
     "/api/v1/pods/",
     "/api/v1/pods/default/p/",
     "/api/v1/nodeclaims/",
@@ -580,6 +581,10 @@ WRITES = [
     ("put", "/api/v1/ec2nodeclasses/default/"),
     ("patch", "/api/v1/ec2nodeclasses/default/"),
     ("delete", "/api/v1/ec2nodeclasses/default/"),
+    ("post", "/api/v1/nodeoverlays/"),
+    ("put", "/api/v1/nodeoverlays/savings-plan/"),
+    ("patch", "/api/v1/nodeoverlays/savings-plan/"),
+    ("delete", "/api/v1/nodeoverlays/savings-plan/"),
 ]
 
 
@@ -608,3 +613,128 @@ def test_every_write_needs_the_editor_role(cluster_rows, viewer, seed_nodepool):
 def test_a_path_with_a_newline_gets_a_status_too(viewer):
     response = viewer.get("/api/v1/pods/a%0Ab/")
     assert response.status_code == 404 and response.json()["kind"] == "Status"
+
+
+# ------------------------------------------------------------------ nodeoverlays/
+
+NODEOVERLAYS = "/api/v1/nodeoverlays/"
+
+
+def savings_plan(**spec) -> dict:
+    return {
+        "apiVersion": "karpenter.sh/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": "savings-plan"},
+        "spec": {
+            "weight": 10,
+            "requirements": [
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m7i", "c7i", "r7i"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            ],
+            "priceAdjustment": "-27%",
+            **spec,
+        },
+    }
+
+
+def conditions(manifest: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in manifest["status"]["conditions"]}
+
+
+def test_nodeoverlays_are_created_read_patched_and_deleted_with_resource_versions(editor, viewer):
+    created = editor.post(NODEOVERLAYS, savings_plan(), format="json")
+    assert created.status_code == 201, created.content
+    assert created["ETag"] == '"1"'
+    body = created.json()
+    assert body["apiVersion"] == "karpenter.sh/v1alpha1" and body["metadata"]["resourceVersion"] == "1"
+    # Judged at once: no NodePool to apply to, and nothing it conflicts with.
+    assert conditions(body) == {"ValidationSucceeded": ("True", "ValidationSucceeded"), "Ready": ("True", "Ready")}
+    listed = viewer.get(NODEOVERLAYS).json()["results"]
+    assert [o["metadata"]["name"] for o in listed] == ["savings-plan"]
+    read = viewer.get(NODEOVERLAYS + "savings-plan/", HTTP_ACCEPT="application/yaml")
+    assert yaml.safe_load(read.content)["spec"]["priceAdjustment"] == "-27%"
+
+    patched = editor.patch(
+        NODEOVERLAYS + "savings-plan/",
+        b'{"spec": {"priceAdjustment": null, "price": "0.05"}}',
+        HTTP_IF_MATCH='"1"',
+        content_type="application/merge-patch+json",
+    )
+    assert patched.status_code == 200, patched.content
+    assert patched.json()["spec"]["price"] == "0.05" and "priceAdjustment" not in patched.json()["spec"]
+    assert patched["ETag"] == '"2"' and NodeOverlay.objects.get().generation == 2
+    stale = editor.put(
+        NODEOVERLAYS + "savings-plan/",
+        {**savings_plan(), "metadata": {"name": "savings-plan", "resourceVersion": "1"}},
+        format="json",
+    )
+    assert stale.status_code == 409 and stale.json()["details"]["current"]["spec"]["price"] == "0.05"
+
+    assert [e.action for e in AuditEntry.objects.filter(kind="NodeOverlay").order_by("at", "id")] == [
+        "created",
+        "updated",
+    ]
+    assert AuditEntry.objects.filter(kind="NodeOverlay").first().source == "rest"
+    assert editor.delete(NODEOVERLAYS + "savings-plan/", HTTP_IF_MATCH='"2"').status_code == 200
+    assert not NodeOverlay.objects.exists()
+
+
+def test_an_invalid_nodeoverlay_gets_422_naming_every_field(editor):
+    response = editor.post(NODEOVERLAYS, savings_plan(price="0.05", weight=20000), format="json")
+    assert response.status_code == 422
+    body = response.json()
+    assert body["details"]["kind"] == "NodeOverlay"
+    assert {(c["field"], c["message"]) for c in body["details"]["causes"]} >= {
+        ("spec", "cannot set both 'price' and 'priceAdjustment'"),
+        ("spec.weight", "Invalid value: 20000: should be less than or equal to 10000"),
+    }
+    assert not NodeOverlay.objects.exists()
+
+
+def test_the_nodeoverlays_endpoint_takes_only_nodeoverlays(editor, seed_nodepool):
+    response = editor.post(NODEOVERLAYS, seed_nodepool, format="json")
+    assert response.status_code == 400 and "this endpoint takes NodeOverlay" in response.json()["message"]
+
+
+def test_an_overlay_of_equal_weight_that_meets_another_is_created_but_reported_in_conflict(editor):
+    create(editor, GENERAL)
+    assert editor.post(NODEOVERLAYS, savings_plan(), format="json").status_code == 201
+    other = savings_plan(priceAdjustment="-10%")
+    other["metadata"]["name"] = "edp"
+    response = editor.post(NODEOVERLAYS, other, format="json")
+    assert response.status_code == 201  # admitted, as upstream: the status says it is left out
+    assert conditions(response.json()) == {"ValidationSucceeded": ("False", "Conflict"), "Ready": ("False", "Conflict")}
+    message = response.json()["status"]["conditions"][0]["message"]
+    assert message.startswith("not applied: it conflicts with NodeOverlay savings-plan of the same weight (10)")
+    assert conditions(editor.get(NODEOVERLAYS + "savings-plan/").json())["Ready"] == ("True", "Ready")
+    # Another weight settles it: the higher one wins where they meet.
+    version = response.json()["metadata"]["resourceVersion"]
+    settled = editor.patch(
+        NODEOVERLAYS + "edp/",
+        b'{"spec": {"weight": 5}}',
+        content_type="application/merge-patch+json",
+        HTTP_IF_MATCH=f'"{version}"',
+    )
+    assert conditions(settled.json())["Ready"] == ("True", "Ready")
+
+
+def test_simulate_with_the_policies_in_force_prices_with_their_overlays(editor, viewer):
+    create(editor, GENERAL)
+    workload = WORKLOAD.encode()
+    before = viewer.post("/api/v1/simulate/", workload, content_type="application/yaml").json()
+    assert all(c["overlays"] == [] for c in before["nodeClaims"])
+    discount = savings_plan(priceAdjustment="-60%")
+    discount["spec"]["requirements"][0]["values"] = ["m7i", "c7i", "r7i", "m6i", "c6i", "r6i", "m5", "c5", "r5"]
+    assert editor.post(NODEOVERLAYS, discount, format="json").status_code == 201
+    after = viewer.post("/api/v1/simulate/", workload, content_type="application/yaml").json()
+    claim = after["nodeClaims"][0]
+    assert claim["overlays"] == ["savings-plan"]
+    assert claim["pricePerHour"] == pytest.approx(claim["listPricePerHour"] * 0.4, abs=1e-6)
+    assert after["totalPricePerHour"] < before["totalPricePerHour"]
+
+
+def test_nodeclaims_show_list_and_effective_prices(viewer):
+    claim = add_node("n1", decision=add_decision(["default/p"]))
+    NodeClaim.objects.filter(pk=claim.pk).update(price_per_hour="0.07", list_price_per_hour="0.096")
+    body = viewer.get("/api/v1/nodeclaims/n1-claim/").json()
+    assert (body["pricePerHour"], body["listPricePerHour"]) == (0.07, 0.096)

@@ -319,6 +319,8 @@ def test_the_json_has_exactly_the_shape_of_the_issue():
         "capacityType",
         "zone",
         "pricePerHour",
+        "listPricePerHour",
+        "overlays",
         "instanceTypeOptions",
         "pods",
     ]
@@ -329,6 +331,8 @@ def test_the_json_has_exactly_the_shape_of_the_issue():
         "capacityType": "spot",
         "zone": "us-east-1a",
         "pricePerHour": 0.0419,
+        "listPricePerHour": 0.0419,  # no NodeOverlay: the list price is the price
+        "overlays": [],
         "instanceTypeOptions": ["m7i.large", "c7i.xlarge"],  # distinct, price order, chosen first
         "pods": ["default/web-0"],
     }
@@ -508,3 +512,60 @@ def test_the_working_variant_places_every_pod_and_the_total_is_the_sum_of_the_cl
     assert code == 0
     total = data["totalPricePerHour"]
     assert f"${total * HOURS_PER_MONTH:,.2f}/month" in table
+
+
+# ------------------------------------------------------------------ NodeOverlay documents
+
+
+def savings_plan(adjustment: str = "-27%", weight: int = 10) -> dict:
+    return {
+        "apiVersion": "karpenter.sh/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": "savings-plan"},
+        "spec": {
+            "weight": weight,
+            "requirements": [
+                {"key": FAMILY, "operator": "In", "values": ["r7i"]},
+                {"key": CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            ],
+            "priceAdjustment": adjustment,
+        },
+    }
+
+
+def test_simulate_reads_nodeoverlays_and_plans_with_their_prices(tmp_path):
+    policies = [nodepool("general", requirements=[
+        {"key": CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+        {"key": CATEGORY, "operator": "In", "values": ["r"]},
+        {"key": ARCH, "operator": "In", "values": ["amd64"]},
+    ])]  # fmt: skip
+    app = write(tmp_path, "app.yaml", [deployment("cache", 4, cpu="250m", memory="4Gi")])
+    code, out, err = run("-f", write(tmp_path, "policies.yaml", policies), "-f", app, "--format", "json")
+    assert code == 0, err
+    before = json.loads(out)
+    listed = before["nodeClaims"][0]
+    assert listed["overlays"] == [] and listed["listPricePerHour"] == listed["pricePerHour"]
+    assert listed["instanceType"] != "r7i.large"
+
+    code, out, err = run(
+        "-f", write(tmp_path, "with-overlay.yaml", [*policies, savings_plan()]), "-f", app, "--format", "json"
+    )
+    assert code == 0, err
+    plan = json.loads(out)
+    claim = plan["nodeClaims"][0]
+    assert claim["instanceType"] == "r7i.large" and claim["overlays"] == ["savings-plan"]
+    assert (claim["pricePerHour"], claim["listPricePerHour"]) == (0.096579, 0.1323)
+    assert claim["instanceTypeOptions"][0] == "r7i.large"  # the option order is by effective price
+    assert plan["totalPricePerHour"] == pytest.approx(sum(c["pricePerHour"] for c in plan["nodeClaims"]))
+    assert plan["totalPricePerHour"] < before["totalPricePerHour"]
+
+    code, out, _ = run("-f", write(tmp_path, "table.yaml", [*policies, savings_plan()]), "-f", app)
+    header, first = out.splitlines()[:2]
+    assert header.endswith("PODS  LIST $/HOUR  NODEOVERLAYS")
+    assert first.split()[-2:] == ["0.1323", "savings-plan"]
+
+
+def test_an_invalid_nodeoverlay_exits_2_naming_the_document_and_field(tmp_path, with_stand_in):
+    code, out, err = run("-f", str(WORKING), "-f", write(tmp_path, "bad.yaml", [savings_plan("27%")]))
+    assert code == 2 and out == ""
+    assert 'NodeOverlay savings-plan: spec.priceAdjustment: Invalid value: "27%"' in err

@@ -4,6 +4,8 @@ flat as rows grow."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
@@ -106,6 +108,31 @@ def test_decisions_list_and_explain_each_claim(viewer):
     assert "spot:c7g.large:us-east-1a" not in detail  # not a type this claim could use
     assert "needs 512 cpu; the largest type has 192" in detail
     assert viewer.get("/decisions/999999/").status_code == 404
+    assert "at their list prices (no NodeOverlay applied)" in detail
+
+
+def test_a_decision_shows_the_overlay_that_set_each_price_it_compared(viewer):
+    decision = add_decision(["shop/cache-0"])
+    claim = add_node("ip-10-0-0-3", decision=decision, instance_type="r7i.large", capacity_type="on-demand")
+    discounted = {"instanceType": "r7i.large", "capacityType": "on-demand", "zone": "us-east-1a", "price": 0.096579,
+                  "listPrice": 0.1323, "overlays": ["savings-plan"]}  # fmt: skip
+    NodeClaim.objects.filter(pk=claim.pk).update(
+        price_per_hour="0.096579",
+        list_price_per_hour="0.1323",
+        alternatives=[
+            {"instanceType": "r6g.large", "capacityType": "on-demand", "zone": "us-east-1a", "price": 0.1008}
+        ],
+        launch_options=[discounted, {**discounted, "zone": "us-east-1b"}],
+    )
+    detail = viewer.get(f"/decisions/{decision.pk}/").content.decode()
+    chosen = re.search(r'<p class="chosen">(.*?)</p>', detail, re.S).group(1)
+    assert "<strong>$0.0966</strong>/hour" in chosen and "list $0.1323" in chosen
+    assert '<a href="/policies/NodeOverlay/savings-plan/">savings-plan</a>' in chosen
+    assert "<td>r6g.large</td><td>on-demand</td><td>us-east-1a</td><td>0.1008</td><td>0.1008</td><td>—</td>" in detail
+    assert (
+        'at their prices after NodeOverlays: <a href="/policies/NodeOverlay/savings-plan/">savings-plan</a> priced 2'
+        in (" ".join(detail.split()))
+    )
 
 
 def test_nodes_show_usage_against_allocatable_and_the_consolidation_note(viewer):

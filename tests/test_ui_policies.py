@@ -14,7 +14,7 @@ from builders import nodepool, requirement
 from django.contrib.auth.models import Group, User
 
 from provisioning.crd.manifest import dump_yaml
-from provisioning.models import AuditEntry, ClusterNode, EC2NodeClass, NodePool
+from provisioning.models import AuditEntry, ClusterNode, EC2NodeClass, NodeOverlay, NodePool
 from provisioning.services.policy import apply_manifest, delete_resource
 from provisioning.ui import starters
 
@@ -631,3 +631,152 @@ def test_delete_of_a_changed_policy_is_a_conflict(editor, seeded):
     response = editor.post("/policies/NodePool/general/delete/", {"expected_version": expected})
     assert response.status_code == 200 and "has been modified" in text(response)
     assert NodePool.objects.exists()
+
+
+# ---------------------------------------------------------------- NodeOverlays
+
+SAVINGS_PLAN = {
+    "apiVersion": "karpenter.sh/v1alpha1",
+    "kind": "NodeOverlay",
+    "metadata": {"name": "savings-plan"},
+    "spec": {
+        "weight": 10,
+        "requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m7i", "c7i"]},
+        ],
+        "priceAdjustment": "-27%",
+    },
+}
+OVERLAY_URL = "/policies/NodeOverlay/savings-plan/edit/"
+
+
+@pytest.fixture
+def overlay(seeded):
+    return apply_manifest(SAVINGS_PLAN, source="cli", actor="seed").obj
+
+
+def test_the_list_shows_nodeoverlays_with_what_they_do_and_whether_they_apply(viewer, overlay):
+    rival = {**SAVINGS_PLAN, "metadata": {"name": "edp"}, "spec": {**SAVINGS_PLAN["spec"], "priceAdjustment": "-5%"}}
+    apply_manifest(rival, source="cli")
+    html = text(viewer.get("/policies/"))
+    row = re.search(r"<tr>\s*<td><a href=\"/policies/NodeOverlay/savings-plan/\">.*?</tr>", html, re.S).group(0)
+    assert "<td>10</td>" in row and "price -27%" in row
+    assert "capacity-type In on-demand; instance-family In m7i, c7i" in row
+    assert "Applied" in row
+    edp = re.search(r"<tr>\s*<td><a href=\"/policies/NodeOverlay/edp/\">.*?</tr>", html, re.S).group(0)
+    assert "Conflict" in edp and "conflicts with NodeOverlay savings-plan of the same weight (10)" in edp
+
+
+def test_the_nodeoverlay_page_says_what_it_changes_now(viewer, overlay):
+    html = html_lib.unescape(text(viewer.get("/policies/NodeOverlay/savings-plan/")))
+    # The seed's NodePool names families that do not exist (m, c, r): it allows no type.
+    assert "Price -27%.</strong> It changes no instance type a NodePool allows." in html
+    apply_manifest(nodepool(requirement("karpenter.k8s.aws/instance-category", "c", "m")), source="cli")
+    html = html_lib.unescape(text(viewer.get("/policies/NodeOverlay/savings-plan/")))
+    match = re.search(r"Price -27%\.</strong> It changes (\d+) instance types NodePool general allows\.", html)
+    # m7i and c7i on demand: two families of a dozen sizes or so each.
+    assert match and 20 <= int(match.group(1)) <= 40, html
+    assert "priceAdjustment: -27%" in html  # the manifest, as YAML
+    assert "created by seed" in html
+
+
+def test_the_nodeoverlay_form_shows_the_current_values(editor, overlay):
+    page = editor.get(OVERLAY_URL)
+    assert page.status_code == 200
+    form = page.context["editor"]
+    assert form.name == "form" and form.form["weight"].value() == 10
+    assert (form.form["price_kind"].value(), form.form["price_value"].value()) == ("priceAdjustment", "-27%")
+    rows = form.formsets["requirements"].forms
+    assert rows[1]["key"].value() == "karpenter.k8s.aws/instance-family" and rows[1]["values"].value() == "m7i, c7i"
+    assert "min_values" not in rows[0].fields
+    assert 'id="nodeoverlay-form"' in text(page) and "Add a row" in text(page)
+
+
+def test_an_editor_changes_a_nodeoverlay_with_the_form_review_then_confirm(editor, overlay):
+    data = form_data(
+        editor,
+        OVERLAY_URL,
+        **{
+            "weight": "50",
+            "price_kind": "price",
+            "price_value": "0.05",
+            "requirements-2-key": "karpenter.sh/nodepool",
+            "requirements-2-operator": "In",
+            "requirements-2-values": "general",
+            "capacity-0-resource": "smarter-devices/fuse",
+            "capacity-0-quantity": "2",
+            "review": "1",
+        },
+    )
+    review = editor.post(OVERLAY_URL, data)
+    assert review.status_code == 200, text(review)
+    diff = review.context["diff"]
+    assert "-  priceAdjustment: -27%" in diff and "+  price: '0.05'" in diff
+    assert "+  capacity:\n+    smarter-devices/fuse: 2" in diff
+    assert "+    - key: karpenter.sh/nodepool" in diff
+    assert "-  weight: 10" in diff and "+  weight: 50" in diff
+    confirm = {f.html_name: f.value() for f in review.context["confirm"]}
+    saved = editor.post("/policies/apply/", confirm)
+    assert saved.status_code == 302 and saved["Location"] == "/policies/NodeOverlay/savings-plan/"
+    stored = NodeOverlay.objects.get()
+    assert (stored.weight, stored.spec["price"], stored.spec["capacity"]) == (50, "0.05", {"smarter-devices/fuse": 2})
+    assert "priceAdjustment" not in stored.spec and stored.resource_version == 2
+    entry = AuditEntry.objects.filter(kind="NodeOverlay").first()
+    assert (entry.action, entry.source, entry.actor) == ("updated", "ui", "editor-user")
+    assert stored.ready["status"] == "True"
+
+
+@pytest.mark.parametrize(
+    ("changes", "slot", "expected"),
+    [
+        ({"price_value": "27%"}, "errors-id_price_value", "a signed change: +0.05 or -0.5"),
+        ({"weight": "0"}, "errors-id_weight", "greater than or equal to 1"),
+        (
+            {"capacity-0-resource": "cpu", "capacity-0-quantity": "2"},
+            "errors-id_capacity-0-resource",
+            "invalid resource restricted",
+        ),
+        (
+            {"capacity-0-resource": "example.com/x", "capacity-0-quantity": "lots"},
+            "errors-id_capacity-0-quantity",
+            "must be a quantity",
+        ),
+        (
+            {"requirements-2-key": "kubernetes.io/hostname", "requirements-2-values": "ip-1"},
+            "errors-id_requirements-2-key",
+            'label "kubernetes.io/hostname" is restricted',
+        ),
+    ],
+    ids=["price", "weight", "restricted-resource", "quantity", "hostname"],
+)
+def test_live_validation_of_a_nodeoverlay_puts_each_error_at_its_field(editor, overlay, changes, slot, expected):
+    data = form_data(editor, OVERLAY_URL, **changes)
+    response = editor.post("/policies/NodeOverlay/savings-plan/validate/", data, **HTMX)
+    assert response.status_code == 200
+    html = text(response)
+    assert "Not valid yet" in html
+    found = re.search(rf'<div id="{re.escape(slot)}"[^>]*hx-swap-oob="true"[^>]*>(.*?)</div>', html, re.S)
+    assert found and expected in html_lib.unescape(found.group(1)), html
+
+
+def test_a_nodeoverlay_gets_a_capacity_row_with_htmx(editor, overlay):
+    data = form_data(editor, OVERLAY_URL, add_row="capacity")
+    partial = editor.post(OVERLAY_URL, data, **HTMX)
+    assert partial.status_code == 200 and "<html" not in text(partial)
+    assert 'id="nodeoverlay-form"' in text(partial) and 'name="capacity-1-resource"' in text(partial)
+
+
+def test_a_nodeoverlay_is_edited_with_yaml_and_reverted_from_history(editor, overlay):
+    manifest = yaml_of(overlay).replace("-27%", "-30%")
+    data = {"editor": "yaml", "expected_version": "1", "manifest": manifest, "review": "1"}
+    review = editor.post(OVERLAY_URL, data)
+    assert review.status_code == 200 and "+  priceAdjustment: -30%" in review.context["diff"]
+    confirm = {f.html_name: f.value() for f in review.context["confirm"]}
+    assert editor.post("/policies/apply/", confirm).status_code == 302
+    first = AuditEntry.objects.filter(kind="NodeOverlay", action="created").get()
+    back = editor.get(f"/policies/NodeOverlay/savings-plan/history/{first.pk}/revert/")
+    assert "+  priceAdjustment: -27%" in back.context["diff"]
+    confirm = {f.html_name: f.value() for f in back.context["confirm"]}
+    assert editor.post("/policies/apply/", confirm).status_code == 302
+    assert NodeOverlay.objects.get().spec["priceAdjustment"] == "-27%"

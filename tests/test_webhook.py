@@ -150,7 +150,8 @@ def test_another_kind_is_denied_with_a_message(client):
     assert result["allowed"] is False
     assert result["status"]["code"] == 400
     assert (
-        "karpweb validates NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)"
+        "karpweb validates NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) "
+        "or NodeOverlay (karpenter.sh/v1alpha1)"
         in (result["status"]["message"])
     )
 
@@ -304,3 +305,57 @@ def test_the_web_role_does_not_serve_the_webhook(tmp_path, seed_ec2nodeclass):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# ------------------------------------------------------------------ NodeOverlay (karpenter.sh/v1alpha1)
+
+SAVINGS_PLAN = {
+    "apiVersion": "karpenter.sh/v1alpha1",
+    "kind": "NodeOverlay",
+    "metadata": {"name": "savings-plan"},
+    "spec": {
+        "weight": 10,
+        "requirements": [
+            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m7i", "c7i"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+        ],
+        "priceAdjustment": "-27%",
+    },
+}
+
+
+def test_a_nodeoverlay_create_is_allowed(client):
+    request = review(SAVINGS_PLAN)
+    assert request["request"]["kind"] == {"group": "karpenter.sh", "version": "v1alpha1", "kind": "NodeOverlay"}
+    result = answer(post(client, request))
+    assert result == {"uid": request["request"]["uid"], "allowed": True}
+
+
+def test_an_invalid_nodeoverlay_is_denied_naming_the_object_and_every_field(client):
+    bad = copy.deepcopy(SAVINGS_PLAN)
+    bad["spec"]["price"] = "0.05"
+    bad["spec"]["capacity"] = {"cpu": "2"}
+    bad["spec"]["weight"] = 0
+    result = answer(post(client, review(bad)))
+    assert result["allowed"] is False
+    assert result["status"]["code"] == 422 and result["status"]["reason"] == "Invalid"
+    message = result["status"]["message"]
+    assert message.startswith('NodeOverlay.karpenter.sh "savings-plan" is invalid: [')
+    assert "spec: cannot set both 'price' and 'priceAdjustment'" in message
+    assert "spec.capacity[cpu]: invalid resource restricted" in message
+    assert "spec.weight: Invalid value: 0: should be greater than or equal to 1" in message
+
+
+def test_a_nodeoverlay_update_is_validated_and_a_delete_allowed(client):
+    changed = copy.deepcopy(SAVINGS_PLAN)
+    changed["spec"]["priceAdjustment"] = "-101%"
+    result = answer(post(client, review(changed, operation="UPDATE", old=SAVINGS_PLAN)))
+    assert result["allowed"] is False and "spec.priceAdjustment" in result["status"]["message"]
+    assert answer(post(client, review(None, operation="DELETE", old=SAVINGS_PLAN)))["allowed"] is True
+
+
+def test_a_nodeoverlay_sent_as_another_version_is_refused(client):
+    kind = {"group": "karpenter.sh", "version": "v1", "kind": "NodeOverlay"}
+    result = answer(post(client, review(SAVINGS_PLAN, kind=kind)))
+    assert result["allowed"] is False and result["status"]["code"] == 400
+    assert "NodeOverlay (karpenter.sh/v1alpha1)" in result["status"]["message"]

@@ -93,6 +93,9 @@ class LaunchRequest:
     # A first attempt skips looking for an instance launched before: none can exist, and
     # the ClientToken covers a call that reached EC2 but whose answer was lost.
     first_attempt: bool = False
+    # NodeOverlays set the options' prices: CreateFleet is to take the offerings in the order
+    # of those prices (its priorities), not by EC2's own list prices.
+    price_overlaid: bool = False
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,22 @@ class Catalog:
         says no. Built shapes are cached per (spec, subnets, AMIs); only the ICE marks are
         applied per call.
         """
-        shapes = self._shapes(nodeclass_spec, resolved)
+        return self.mark_unavailable(self._shapes(nodeclass_spec, resolved), unavailable)
+
+    def shapes(
+        self, nodeclass_spec: Mapping[str, Any] | None = None, resolved: ResolvedNodeClass | None = None
+    ) -> tuple[InstanceType, ...]:
+        """``instance_types`` without the unavailable-offering marks: the built types themselves,
+        the same tuple for the same EC2NodeClass until the catalog changes (what is laid over
+        them, NodeOverlays, is cached on that)."""
+        return self._shapes(nodeclass_spec, resolved)
+
+    @staticmethod
+    def mark_unavailable(
+        shapes: Iterable[InstanceType], unavailable: Callable[[str], bool] = _nothing_unavailable
+    ) -> list[InstanceType]:
+        """The types with each available offering ``unavailable("capacity-type:instance-type:zone")``
+        names taken out of launches (the insufficient-capacity marks)."""
         if unavailable is _nothing_unavailable:
             return list(shapes)
         out = []

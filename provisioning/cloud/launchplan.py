@@ -177,10 +177,13 @@ def fleet_request(
         "LaunchTemplateConfigs": list(configs.values()),
         "TagSpecifications": tag_specifications,
     }
+    # With NodeOverlays' prices, the overrides' priorities (the effective prices) decide, as
+    # upstream's CreateFleet builder does when a NodeClaim carries price-overlay-applied.
     if request.capacity_type == "spot":
-        kwargs["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
+        strategy = "capacity-optimized-prioritized" if request.price_overlaid else "price-capacity-optimized"
+        kwargs["SpotOptions"] = {"AllocationStrategy": strategy}
     else:
-        kwargs["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+        kwargs["OnDemandOptions"] = {"AllocationStrategy": "prioritized" if request.price_overlaid else "lowest-price"}
     if request.nodeclass_spec.get("context"):
         kwargs["Context"] = str(request.nodeclass_spec["context"])
     return kwargs

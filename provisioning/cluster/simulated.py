@@ -581,6 +581,7 @@ def register_launched(delay_seconds: float, instance_type_of: Callable[[str], In
         if it is None:
             log.warning("nodeclaim %s: instance type %s is not in the catalog", claim.name, claim.instance_type)
             continue
+        it = claim.with_overlay_capacity(it)  # as the device plugins of the NodeOverlays would report
         name = f"ip-{claim.instance_id.removeprefix('i-')[:12]}.ec2.internal"
         labels = claim.node_labels()
         labels.update({"karpenter.sh/registered": "true", "karpenter.sh/initialized": "true"})

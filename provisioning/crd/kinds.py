@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from provisioning.crd import ec2nodeclass, nodepool
+from provisioning.crd import ec2nodeclass, nodeoverlay, nodepool
 from provisioning.crd.schema import Object, Walk
 
 
@@ -70,5 +70,22 @@ EC2NODECLASS = Kind(
     ),
 )
 
-KINDS = {k.kind: k for k in (NODEPOOL, EC2NODECLASS)}
+NODEOVERLAY = Kind(
+    group=nodeoverlay.GROUP,
+    version=nodeoverlay.VERSION,
+    kind=nodeoverlay.KIND,
+    plural=nodeoverlay.PLURAL,
+    short_names=("overlays",),
+    spec=nodeoverlay.SPEC,
+    status=nodeoverlay.STATUS,
+    spec_required=True,
+    runtime_validate=nodeoverlay.runtime_validate,
+    printer_columns=(
+        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Weight", "type": "integer", "jsonPath": ".spec.weight", "priority": 1},
+    ),
+)
+
+KINDS = {k.kind: k for k in (NODEPOOL, EC2NODECLASS, NODEOVERLAY)}
 BY_PLURAL = {k.plural: k for k in KINDS.values()}

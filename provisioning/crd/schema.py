@@ -68,6 +68,8 @@ class String(Node):
     format: str | None = None
     # Values accepted beyond the published enum, each with the warning it earns.
     tolerated: dict[str, str] = field(default_factory=dict)
+    # What a valid value looks like, for people, after the pattern a value failed (not published).
+    hint: str = ""
 
     type_name = "string"
 
@@ -239,8 +241,9 @@ def key_path(key: Any) -> str:
 @functools.lru_cache(maxsize=256)
 def go_pattern(pattern: str) -> re.Pattern[str]:
     """An OpenAPI pattern with Go's meaning: ``$`` is the end of the text, where
-    Python's ``$`` would also match before a final newline."""
-    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
+    Python's ``$`` would also match before a final newline; ``\\d`` and ``\\w`` are ASCII
+    only (Python's would also take other scripts' digits and letters)."""
+    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern), re.ASCII)
 
 
 def matches(pattern: str, value: str) -> bool:
@@ -362,7 +365,8 @@ def _validate_string(node: String, value: str, path: str, walk: Walk) -> None:
         return
     # OpenAPI patterns are unanchored (Go regexp.MatchString); anchors live in the text.
     if node.pattern and not matches(node.pattern, value):
-        walk.error(path, f"Invalid value: {show(value)}: should match '{node.pattern}'")
+        hint = f" ({node.hint})" if node.hint else ""
+        walk.error(path, f"Invalid value: {show(value)}: should match '{node.pattern}'{hint}")
     if node.format == "date-time" and not _DATE_TIME.match(value):
         walk.error(path, f"Invalid value: {show(value)}: must be an RFC 3339 date-time")
 

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Callable, Mapping, Set
 from typing import Any
 
-from provisioning.crd import nodepool
+from provisioning.crd import nodeoverlay, nodepool
 from provisioning.crd.errors import FieldError, ValidationResult
 from provisioning.crd.kinds import KINDS, Kind
 from provisioning.crd.metadata import OBJECT_META, validate_metadata
@@ -21,11 +21,15 @@ from provisioning.crd.schema import MISSING, Object, Walk, apply_defaults, show
 from provisioning.crd.schema import validate as validate_node
 
 TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
+# Kinds whose requirements earn a warning when they name no value any instance type has.
+CATALOG_AWARE = (nodepool.KIND, nodeoverlay.KIND)
 MAX_ERRORS = 100
 
 
 def served_kinds() -> str:
-    return " or ".join(f"{k.kind} ({k.api_version})" for k in KINDS.values())
+    """``NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) or NodeOverlay (...)``."""
+    names = [f"{k.kind} ({k.api_version})" for k in KINDS.values()]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def kind_of(document: Any) -> Kind | None:
@@ -57,7 +61,8 @@ def validate(
     ``nodeclass_exists`` answers whether an EC2NodeClass of that name is known; a
     NodePool pointing at an unknown one earns a warning, since apply order must not
     matter. ``catalog_labels`` (label key → every value some instance type has) makes a
-    NodePool requirement that matches no instance type earn a warning with a suggestion.
+    NodePool or NodeOverlay requirement that matches no instance type earn a warning with a
+    suggestion.
     """
     result = ValidationResult()
     if not isinstance(document, dict):
@@ -88,8 +93,8 @@ def validate(
         old_spec = old.get("spec", MISSING) if old else MISSING
         validate_node(kind.spec, spec, "spec", walk, old_spec)
         if isinstance(spec, dict):
-            if kind.kind == nodepool.KIND and catalog_labels is not None:
-                nodepool.runtime_validate(spec, walk, catalog_labels=catalog_labels)
+            if kind.kind in CATALOG_AWARE and catalog_labels is not None:
+                kind.runtime_validate(spec, walk, catalog_labels=catalog_labels)  # type: ignore[call-arg]
             else:
                 kind.runtime_validate(spec, walk)
     if document.get("status") is not None:

@@ -23,6 +23,7 @@ from provisioning.disruption.model import Candidate
 from provisioning.disruption.text import money
 from provisioning.scheduling.instancetypes import InstanceType
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption
+from provisioning.scheduling.pools import option as option_of
 from provisioning.scheduling.requirements import IN, Requirement
 from provisioning.scheduling.snapshot import NodePoolInput
 
@@ -131,7 +132,7 @@ def _offerings(option: InstanceTypeOption, instance_type: InstanceType | None, c
         return [option]
     zone, capacity_type = claim.requirements.get(ZONE), claim.requirements.get(CAPACITY_TYPE)
     return [
-        InstanceTypeOption(instance_type.name, o.capacity_type, o.zone, float(o.price))
+        option_of(instance_type, o)
         for o in instance_type.available_offerings()
         if (zone is None or zone.has(o.zone)) and (capacity_type is None or capacity_type.has(o.capacity_type))
     ]

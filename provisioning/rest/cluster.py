@@ -107,7 +107,8 @@ class NodeClaimSerializer(serializers.ModelSerializer):
     capacityType = serializers.CharField(source="capacity_type")
     instanceId = serializers.CharField(source="instance_id")
     providerId = serializers.CharField(source="provider_id")
-    pricePerHour = money("price_per_hour")
+    pricePerHour = money("price_per_hour")  # effective: after NodeOverlays
+    listPricePerHour = money("list_price_per_hour")  # before them; null: not known (the price is the list)
     node = serializers.CharField(source="node_name")
     createdAt = serializers.DateTimeField(source="created_at")
     launchedAt = serializers.DateTimeField(source="launched_at")
@@ -120,7 +121,8 @@ class NodeClaimSerializer(serializers.ModelSerializer):
         model = NodeClaim
         fields = [
             "name", "uid", "nodepool", "nodeclass", "state", "reason", "message", "instanceType", "zone",
-            "capacityType", "instanceId", "providerId", "pricePerHour", "node", "createdAt", "launchedAt",
+            "capacityType", "instanceId", "providerId", "pricePerHour", "listPricePerHour", "node", "createdAt",
+            "launchedAt",
             "registeredAt", "initializedAt", "deletedAt", "decision", "disruption", "pods", "why",
             "alternatives", "launchOptions", "spec",
         ]  # fmt: skip
@@ -226,6 +228,7 @@ class DecisionClaimSerializer(serializers.ModelSerializer):
     instanceType = serializers.CharField(source="instance_type")
     capacityType = serializers.CharField(source="capacity_type")
     pricePerHour = money("price_per_hour")
+    listPricePerHour = money("list_price_per_hour")
 
     class Meta:
         model = NodeClaim
@@ -237,6 +240,7 @@ class DecisionClaimSerializer(serializers.ModelSerializer):
             "capacityType",
             "zone",
             "pricePerHour",
+            "listPricePerHour",
             "pods",
             "why",
             "alternatives",

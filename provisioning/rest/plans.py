@@ -32,11 +32,11 @@ class Simulate(APIView):
 
     @extend_schema(
         summary="What-if plan",
-        description="Manifests of the kinds `manage.py simulate` reads (NodePool, EC2NodeClass, Pod, Deployment, "
-        "StatefulSet, Job, DaemonSet, Node...) as a YAML stream, a JSON list or a `kind: List`. With "
-        "`policies=current` (the default) the NodePools and EC2NodeClasses in force are added, those of the input "
-        "replacing the ones of the same name; with `policies=input` only the input is planned, as "
-        "`manage.py simulate` does. The answer is `manage.py simulate --format json`'s; notes come in `Warning` "
+        description="Manifests of the kinds `manage.py simulate` reads (NodePool, EC2NodeClass, NodeOverlay, Pod, "
+        "Deployment, StatefulSet, Job, DaemonSet, Node...) as a YAML stream, a JSON list or a `kind: List`. With "
+        "`policies=current` (the default) the NodePools, EC2NodeClasses and NodeOverlays in force are added, those "
+        "of the input replacing the ones of the same kind and name; with `policies=input` only the input is planned, "
+        "as `manage.py simulate` does. The answer is `manage.py simulate --format json`'s; notes come in `Warning` "
         "headers. Nothing is saved or launched.",
         request=OpenApiTypes.OBJECT,
         parameters=[OpenApiParameter("policies", str, enum=["current", "input"])],

@@ -1,4 +1,5 @@
-"""``nodepools/`` and ``ec2nodeclasses/``: the manifests themselves, as kubectl sees them.
+"""``nodepools/``, ``ec2nodeclasses/`` and ``nodeoverlays/``: the manifests themselves, as kubectl
+sees them.
 
 Create (POST), read, replace (PUT), JSON merge patch (PATCH) and delete, through the
 policy service, so the validator, the audit trail and optimistic concurrency are the same
@@ -122,7 +123,7 @@ def _applied(applied: policy.Applied, created: bool) -> Response:
 
 
 class _PolicyView(APIView):
-    kind: str = ""  # NodePool | EC2NodeClass, set by as_view(kind=...)
+    kind: str = ""  # NodePool | EC2NodeClass | NodeOverlay, set by views_for
 
     @property
     def model(self) -> type[CustomResource]:
@@ -271,3 +272,4 @@ def views_for(kind: str, plural: str, example: str) -> tuple[type[PolicyList], t
 
 NodePoolList, NodePoolDetail = views_for("NodePool", "nodepools", "general")
 EC2NodeClassList, EC2NodeClassDetail = views_for("EC2NodeClass", "ec2nodeclasses", "default")
+NodeOverlayList, NodeOverlayDetail = views_for("NodeOverlay", "nodeoverlays", "savings-plan")

@@ -22,6 +22,15 @@ class Offering:
     available: bool
     zone_id: str = ""
     unavailable_reason: str = ""  # "insufficient capacity until 12:03:10", "no subnet in zone", ...
+    # The NodeOverlays that set ``price`` (see ``overlays.py``), and the price before them: the
+    # list price, None for a type without public pricing that an overlay made launchable.
+    overlays: tuple[str, ...] = ()
+    list_price: float | None = None
+
+    @property
+    def listed(self) -> float | None:
+        """The list price: before any NodeOverlay (``price`` when none applies)."""
+        return self.list_price if self.overlays else self.price
 
     @property
     def key(self) -> str:
@@ -56,6 +65,10 @@ class InstanceType:
     capacity: Resources
     overhead: Overhead
     offerings: tuple[Offering, ...] = ()
+    # The NodeOverlays whose extended resources ``capacity`` holds, and those resources (what a
+    # device plugin, not the instance type, will report on its node).
+    overlays: tuple[str, ...] = ()
+    overlay_capacity: Resources = field(default_factory=dict)
 
     @property
     def allocatable(self) -> dict[str, int]:

@@ -16,7 +16,22 @@ class InstanceTypeOption:
     instance_type: str
     capacity_type: str
     zone: str
-    price: float
+    price: float  # effective: after the NodeOverlays that apply to this offering
+    # The NodeOverlays that set this offering's price and its list price before them (None: no
+    # public price), and those that added extended resources to its type's capacity.
+    price_overlays: tuple[str, ...] = ()
+    list_price: float | None = None
+    capacity_overlays: tuple[str, ...] = ()
+
+    @property
+    def listed(self) -> float | None:
+        """The list price: ``price`` when no NodeOverlay set it."""
+        return self.list_price if self.price_overlays else self.price
+
+    @property
+    def overlays(self) -> tuple[str, ...]:
+        """Every NodeOverlay that changed this option: those of its price first."""
+        return self.price_overlays + tuple(n for n in self.capacity_overlays if n not in self.price_overlays)
 
 
 @dataclass(frozen=True)
@@ -32,6 +47,8 @@ class ClaimPlan:
     opened_by: str = ""  # the pod that no existing node or planned claim could take
     labels: Mapping[str, str] = field(default_factory=dict)  # the NodeClaim's labels (NodePool and custom keys)
     annotations: Mapping[str, str] = field(default_factory=dict)  # the NodeClaim's annotations
+    # Per instance type of the options, the extended resources NodeOverlays add to it.
+    overlay_capacity: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def chosen(self) -> InstanceTypeOption:

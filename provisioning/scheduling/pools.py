@@ -264,15 +264,12 @@ class PoolModel:
         zone, ct = requirements.get(ZONE), requirements.get(CAPACITY_TYPE)
         rows = []
         for rank, i in enumerate(order):
-            name = self.types[i].name
+            it = self.types[i]
             for o in self.offerings[i]:
                 if self._allowed(o, zone, ct):
-                    rows.append((float(o.price), rank, o.zone, o.capacity_type, name))
-        rows.sort()
-        return [
-            InstanceTypeOption(name, capacity_type, zone_name, price)
-            for price, _, zone_name, capacity_type, name in rows
-        ]
+                    rows.append((float(o.price), rank, o.zone, o.capacity_type, it.name, o, it))
+        rows.sort(key=lambda row: row[:5])
+        return [option(it, o) for *_, o, it in rows]
 
     def prices(self, requirements: Requirements) -> np.ndarray:
         """Per type, the price of its cheapest offering the requirements allow (inf: none)."""
@@ -349,4 +346,21 @@ def is_exotic(it: InstanceType) -> bool:
         or "karpenter.k8s.aws/instance-gpu-count" in labels
         or "karpenter.k8s.aws/instance-accelerator-count" in labels
         or bool(_EXOTIC_FAMILY.match(labels.get("karpenter.k8s.aws/instance-family", it.name)))
+    )
+
+
+def option(it: InstanceType, offering: Offering) -> InstanceTypeOption:
+    """A claim's option for one offering, with the NodeOverlays that priced it and its list
+    price, and those that added to its type's capacity."""
+    price = float(offering.price)  # type: ignore[arg-type]  (only priced offerings are options)
+    if not offering.overlays and not it.overlays:
+        return InstanceTypeOption(it.name, offering.capacity_type, offering.zone, price)
+    return InstanceTypeOption(
+        it.name,
+        offering.capacity_type,
+        offering.zone,
+        price,
+        price_overlays=offering.overlays,
+        list_price=offering.list_price if offering.overlays else None,
+        capacity_overlays=it.overlays,
     )

@@ -1224,6 +1224,18 @@ class _Run:
         requests = {r: int(v) for r, v in zip(self.resources, b.used + model.overhead[index], strict=True) if v}
         pods = tuple(p.key for p in b.pods)
         requirements = requirements.add(types)
+        overlay_capacity = {
+            name: dict(it.overlay_capacity)
+            for name in dict.fromkeys(o.instance_type for o in options)
+            if (it := model.types[model.index_of(name)]).overlay_capacity
+        }
+        annotations = {**model.pool.annotations, MIN_VALUES_RELAXED: "true" if relaxed else "false"}
+        # Upstream's NodeClaim annotations: the launch follows the overlaid prices (CreateFleet by
+        # priority), and the capacity simulated includes resources only the overlays know of.
+        if any(o.price_overlays for o in options):
+            annotations[PRICE_OVERLAY_APPLIED] = "true"
+        if overlay_capacity:
+            annotations[CAPACITY_OVERLAY_APPLIED] = "true"
         return ClaimPlan(
             name=b.name,
             nodepool=model.name,
@@ -1235,7 +1247,8 @@ class _Run:
             alternatives=_alternatives(options),
             opened_by=b.origin,
             labels=_claim_labels(model, requirements),
-            annotations={**model.pool.annotations, MIN_VALUES_RELAXED: "true" if relaxed else "false"},
+            annotations=annotations,
+            overlay_capacity=overlay_capacity,
         )
 
 
@@ -1283,6 +1296,8 @@ def _queue_order(group: Sequence[Pod]) -> tuple:
 
 
 MIN_VALUES_RELAXED = "karpenter.sh/nodeclaim-min-values-relaxed"
+PRICE_OVERLAY_APPLIED = "karpenter.sh/price-overlay-applied"
+CAPACITY_OVERLAY_APPLIED = "karpenter.sh/capacity-overlay-applied"
 
 
 def _min_values_room(
@@ -1419,11 +1434,20 @@ def _why_chosen(chosen: InstanceTypeOption, options: Sequence[InstanceTypeOption
     asks = ", ".join(f"{format_quantity(k, v)} {k}" for k, v in requests.items() if k in ("cpu", "memory"))
     types = len({o.instance_type for o in options})
     text = (
-        f"{chosen.instance_type} ({chosen.capacity_type}, {chosen.zone}) at ${chosen.price:.4f}/h is the cheapest of "
-        f"{types} instance types that hold its {pods} pod{'s' if pods != 1 else ''} "
+        f"{chosen.instance_type} ({chosen.capacity_type}, {chosen.zone}) at ${chosen.price:.4f}/h{_overlaid(chosen)} "
+        f"is the cheapest of {types} instance types that hold its {pods} pod{'s' if pods != 1 else ''} "
         f"({asks}, DaemonSets included)"
     )
     runner = _alternatives(options, 1)
     if runner:
         text += f"; next: {runner[0].instance_type} {runner[0].capacity_type} ${runner[0].price:.4f}/h"
+        text += _overlaid(runner[0])
     return text
+
+
+def _overlaid(option: InstanceTypeOption) -> str:
+    """`` (list $0.0960, NodeOverlay savings-plan)`` for a price NodeOverlays changed."""
+    if not option.overlays or option.listed == option.price:
+        return ""
+    listed = "no list price" if option.listed is None else f"list ${option.listed:.4f}"
+    return f" ({listed}, NodeOverlay {', '.join(option.overlays)})"

@@ -66,7 +66,7 @@ __all__ = [
 REPLICATED_KINDS = ("Deployment", "ReplicaSet", "StatefulSet")
 WORKLOAD_KINDS = ("Pod", *REPLICATED_KINDS, "Job", "DaemonSet")
 NODE_KIND = "Node"
-POLICY_KINDS = ("NodePool", "EC2NodeClass")
+POLICY_KINDS = ("NodePool", "EC2NodeClass", "NodeOverlay")
 MAX_REPLICAS = 100_000
 
 _SKIP_NOTES = {

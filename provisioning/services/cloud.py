@@ -154,7 +154,7 @@ def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeC
 
 def record_launched(claim: NodeClaim, instance: Instance) -> None:
     """The claim being launched has its instance (unless a relaunch has taken it over)."""
-    price = _price_of(claim, instance.instance_type, instance.zone, instance.capacity_type)
+    price, list_price = _price_of(claim, instance.instance_type, instance.zone, instance.capacity_type)
     if claim.move(
         NodeClaim.State.LAUNCHING,
         NodeClaim.State.LAUNCHED,
@@ -163,6 +163,7 @@ def record_launched(claim: NodeClaim, instance: Instance) -> None:
         zone=instance.zone,
         capacity_type=instance.capacity_type,
         price_per_hour=price,
+        list_price_per_hour=list_price,
         launched_at=timezone.now(),
         reason="",
         message="",
@@ -235,6 +236,8 @@ def launch_request(claim: NodeClaim, cloud: CloudProvider) -> LaunchRequest:
         capacity_type="spot" if "spot" in capacity_types else "on-demand",
         labels=labels,
         taints=tuple(claim.spec.get("taints") or ()),
+        # Upstream's price-overlay-applied annotation: EC2 must follow our prices, not its own.
+        price_overlaid=any("listPrice" in o for o in claim.launch_options),
     )
 
 
@@ -323,11 +326,16 @@ def _resolved_recently(nodeclass: EC2NodeClass, cloud: CloudProvider) -> Resolve
     return resolved
 
 
-def _price_of(claim: NodeClaim, instance_type: str, zone: str, capacity_type: str) -> Decimal | None:
+def _price_of(
+    claim: NodeClaim, instance_type: str, zone: str, capacity_type: str
+) -> tuple[Decimal | None, Decimal | None]:
+    """The offering's effective price (after NodeOverlays) and its list price (None where none
+    is published), as the claim's options recorded them."""
     for option in claim.launch_options:
         if (option["instanceType"], option["zone"], option["capacityType"]) == (instance_type, zone, capacity_type):
-            return Decimal(str(option["price"]))
-    return None
+            listed = option.get("listPrice", option["price"])
+            return Decimal(str(option["price"])), None if listed is None else Decimal(str(listed))
+    return None, None
 
 
 # ------------------------------------------------------------------ garbage collection

@@ -1,4 +1,4 @@
-"""Two-way sync of NodePools and EC2NodeClasses between the database and the cluster.
+"""Two-way sync of NodePools, EC2NodeClasses and NodeOverlays between the database and the cluster.
 
 A ``kubectl apply`` reaches the database through the watch (:func:`import_event`); an edit in
 the browser or over REST reaches the cluster through :func:`export_change`;
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 SOURCE = AuditEntry.Source.KUBECTL
 SYNC = "karpwebSync"
 # EC2NodeClasses first: a NodePool created before the class it names is not Ready.
-SYNC_ORDER = ("EC2NodeClass", "NodePool")
+SYNC_ORDER = ("EC2NodeClass", "NodePool", "NodeOverlay")
 # How often an export retries when the cluster's object moved on without a change of content
 # (a controller writing status bumps resourceVersion too).
 EXPORT_ATTEMPTS = 3

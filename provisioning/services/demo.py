@@ -1,5 +1,6 @@
 """The demo workload of the simulated cluster: a few Deployments whose replicas follow
-slow waves, so a newcomer's ``make run`` shows launches, consolidation and spend moving;
+slow waves, so a newcomer's ``make run`` shows launches, consolidation and spend moving (the
+on-demand ``cache`` priced through the demo's NodeOverlay, a Savings Plan);
 a PodDisruptionBudget on ``web`` (one pod unavailable at a time), so a drain of its nodes
 waits for each evicted pod to run again; and now and then a spot interruption of one of its
 spot nodes, sent through the simulated AWS as EC2 would send it, so the warning, the early
@@ -26,6 +27,9 @@ DEPLOYMENTS = (
     ("cache", "250m", "4Gi", 4, 3, 300, 3.0),
     ("batch", "2", "2Gi", 3, 3, 120, 4.5),
 )
+# A cache is not to be interrupted: its pods run on demand, where the demo's NodeOverlay (a
+# Compute Savings Plan) makes r7i cheaper than the r6g it would get at list price.
+NODE_SELECTORS = {"cache": {"karpenter.sh/capacity-type": "on-demand"}}
 NAMESPACE = "demo"
 BUDGET = {
     "apiVersion": "policy/v1",
@@ -51,7 +55,8 @@ def step(now: float | None = None) -> dict[str, int]:
             "spec": {
                 "containers": [
                     {"name": name, "image": f"demo/{name}", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
-                ]
+                ],
+                **({"nodeSelector": NODE_SELECTORS[name]} if name in NODE_SELECTORS else {}),
             },
         }
         simulated.scale(NAMESPACE, "Deployment", name, template, wanted[name])

@@ -235,6 +235,23 @@ def _stamp_drift(candidates, now) -> None:
         claim.save(update_fields=["spec"])
 
 
+def _price_now(row: NodeClaim, types: dict) -> float:
+    """What a node costs for consolidation: the price it launched at, unless NodeOverlays price
+    its offering now (then their price, as upstream prices candidates from the overlaid
+    offerings) or priced it at launch and no longer do (then its list price): adding or
+    removing a Savings Plan changes what moving off a node saves."""
+    price = float(row.price_per_hour or 0)
+    it = types.get(row.instance_type)
+    offering = None
+    if it is not None:
+        offering = next((o for o in it.offerings if (o.zone, o.capacity_type) == (row.zone, row.capacity_type)), None)
+    if offering is not None and offering.overlays and offering.price is not None:
+        return float(offering.price)
+    if row.list_price_per_hour is not None and row.list_price_per_hour != row.price_per_hour:
+        return float(row.list_price_per_hour)
+    return price
+
+
 def _policy(pool: NodePool) -> PoolPolicy | None:
     try:
         return PoolPolicy.from_spec(pool.name, pool.spec)
@@ -324,7 +341,7 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
             instance_type=row.instance_type,
             capacity_type=row.capacity_type,
             zone=row.zone,
-            price_per_hour=float(row.price_per_hour or 0),
+            price_per_hour=_price_now(row, types),
             created_at=row.created_at.timestamp(),
             initialized=row.state == NodeClaim.State.INITIALIZED,
             annotations=row.spec.get("annotations") or {},

@@ -4,6 +4,7 @@ so a page of a large cluster renders as fast as one of a small cluster."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,6 +154,8 @@ class ClaimExplanation:
     chosen: dict[str, Any]
     alternatives: list[dict[str, Any]]
     unavailable: list[tuple[str, str]] = field(default_factory=list)  # (offering, reason)
+    # NodeOverlay → how many of the offerings handed to the launch it priced
+    overlaid: list[tuple[str, int]] = field(default_factory=list)
 
 
 def explain(decision: Decision) -> list[ClaimExplanation]:
@@ -163,6 +166,15 @@ def explain(decision: Decision) -> list[ClaimExplanation]:
         options = claim.launch_options or []
         chosen = (
             {
+                **next(
+                    (
+                        o
+                        for o in options
+                        if (o.get("instanceType"), o.get("zone"), o.get("capacityType"))
+                        == (claim.instance_type, claim.zone, claim.capacity_type)
+                    ),
+                    {},
+                ),
                 "instanceType": claim.instance_type,
                 "capacityType": claim.capacity_type,
                 "zone": claim.zone,
@@ -171,14 +183,24 @@ def explain(decision: Decision) -> list[ClaimExplanation]:
             if claim.instance_type
             else (options[0] if options else {})
         )
+        overlaid = Counter(name for o in options if "listPrice" in o for name in o.get("overlays") or ())
+        chosen = _with_list_price(chosen)
+        alternatives = [_with_list_price(a) for a in (claim.alternatives or [])[:5]]
         types = {o.get("instanceType") for o in options} | {o.get("instanceType") for o in claim.alternatives or []}
         unavailable = sorted(
             (offering, reason)
             for offering, reason in (decision.unavailable or {}).items()
             if offering.split(":")[1:2] and offering.split(":")[1] in types
         )
-        out.append(ClaimExplanation(claim, chosen, list(claim.alternatives or [])[:5], unavailable))
+        out.append(ClaimExplanation(claim, chosen, alternatives, unavailable, sorted(overlaid.items())))
     return out
+
+
+def _with_list_price(option: dict[str, Any]) -> dict[str, Any]:
+    """An option row with ``listed``: its price before NodeOverlays (None: none published)."""
+    if not option:
+        return option
+    return {**option, "listed": option["listPrice"] if "listPrice" in option else option.get("price")}
 
 
 def disruptions() -> QuerySet[Disruption]:

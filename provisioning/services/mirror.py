@@ -1,15 +1,15 @@
 """A real cluster mirrored into the database (``KARPWEB_CLUSTER=kubernetes``).
 
-``manage.py cluster_watch`` lists and watches Pods, Nodes, NodePools and EC2NodeClasses and
-hands every event to ``handle``:
+``manage.py cluster_watch`` lists and watches Pods, Nodes, NodePools, EC2NodeClasses and
+NodeOverlays and hands every event to ``handle``:
 
 * a pod the scheduler marked unschedulable (``base.is_pending``) becomes a pending
   ``ClusterPod`` and opens the batch window; a bound pod is stored with its node; other pods
   (just created, DaemonSet pods not placed yet) are not the provisioner's;
 * a Node is stored, and a Node whose providerID is a launched NodeClaim's instance registers
   that claim (Initialized once Ready without the startup taints);
-* NodePool and EC2NodeClass changes go through ``crdsync.import_event`` (THE validator, the
-  audit log, never a lost update).
+* NodePool, EC2NodeClass and NodeOverlay changes go through ``crdsync.import_event`` (THE
+  validator, the audit log, never a lost update).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def handle(event: Event) -> Any:
         return _pod(event)
     if event.kind == "Node":
         return _node(event)
-    if event.kind in ("NodePool", "EC2NodeClass"):
+    if event.kind in ("NodePool", "EC2NodeClass", "NodeOverlay"):
         from provisioning.services import crdsync
 
         result = crdsync.import_event(event)

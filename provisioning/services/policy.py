@@ -1,4 +1,4 @@
-"""The policy plane: validate, apply and delete NodePools and EC2NodeClasses.
+"""The policy plane: validate, apply and delete NodePools, EC2NodeClasses and NodeOverlays.
 
 Every write, from the UI, REST, ``manage.py import`` or the cluster sync, goes through
 ``apply_manifest`` / ``delete_resource``: one validator, one audit trail, and optimistic
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +19,11 @@ from django.db import IntegrityError, transaction
 
 from provisioning import crd
 from provisioning.crd.manifest import dump_yaml
-from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource, EC2NodeClass, NodePool
+from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource, EC2NodeClass, NodeOverlay, NodePool
 from provisioning.services import catalog
 from provisioning.services.dispatch import dispatcher
+
+log = logging.getLogger(__name__)
 
 
 class PolicyError(Exception):
@@ -72,7 +75,7 @@ def nodepools_referencing(nodeclass_name: str) -> list[str]:
 def validate_manifest(document: Any, old: dict[str, Any] | None = None) -> crd.ValidationResult:
     """THE validator with the database (known EC2NodeClasses) and the catalog (which label
     values instance types have) as context."""
-    labels = catalog.catalog_labels() if crd.kind_of(document) is crd.NODEPOOL else None
+    labels = catalog.catalog_labels() if crd.kind_of(document) in (crd.NODEPOOL, crd.NODEOVERLAY) else None
     return crd.validate(document, old, nodeclass_exists=nodeclass_exists, catalog_labels=labels)
 
 
@@ -121,11 +124,15 @@ def apply_manifest(
         with transaction.atomic():
             applied = _save(kind.kind, defaulted, source, actor, expected_version, result.warnings, create_only)
             _export_later(kind.kind, applied.obj.name, source)
-            return applied
     except IntegrityError:
         # Two creates of one name raced; the loser is told, as the API server would.
         name = defaulted["metadata"]["name"]
         raise AlreadyExists(None, f"{kind.kind} {name!r} was created concurrently") from None
+    if applied.action != "unchanged":
+        _judge_overlays(kind.kind)
+        if isinstance(applied.obj, NodeOverlay):
+            applied.obj.refresh_from_db(fields=["status"])
+    return applied
 
 
 def _save(
@@ -201,6 +208,8 @@ def _build(kind: str, document: dict[str, Any], current: CustomResource | None) 
 def _indexed(obj: CustomResource) -> dict[str, Any]:
     if isinstance(obj, NodePool):
         return {"node_class_name": obj.node_class_name, "weight": obj.weight}
+    if isinstance(obj, NodeOverlay):
+        return {"weight": obj.weight}
     return {}
 
 
@@ -222,7 +231,23 @@ def delete_resource(
         current.delete()
         record(current, AuditEntry.Action.DELETED, source, actor, before, None)
         _export_later(kind, name, source)
+    _judge_overlays(kind)
     return warnings
+
+
+def _judge_overlays(kind: str) -> None:
+    """After a policy changed, the NodeOverlays' status says again which apply (a new overlay
+    may conflict with one of equal weight; a NodePool's labels decide what they reach). The
+    minutely refresh catches what else changes; a failure here never fails the write."""
+    if kind not in RESOURCE_MODELS or not NodeOverlay.objects.exists():
+        return
+    from provisioning.services import overlays
+
+    try:
+        with transaction.atomic():  # a savepoint: a failure here leaves an outer transaction usable
+            overlays.refresh_status()
+    except Exception:  # noqa: BLE001 - the write is done; the next refresh tries again
+        log.exception("NodeOverlay status after a change of a %s", kind)
 
 
 def _export_later(kind: str, name: str, source: str) -> None:

@@ -36,7 +36,16 @@ from django.utils import timezone
 
 from provisioning.cluster.base import Cluster, ObjectEvent
 from provisioning.cluster.simulated import budget_manifests, node_manifest, pod_manifest
-from provisioning.models import ClusterNode, ClusterPod, Decision, Disruption, EC2NodeClass, NodeClaim, NodePool
+from provisioning.models import (
+    ClusterNode,
+    ClusterPod,
+    Decision,
+    Disruption,
+    EC2NodeClass,
+    NodeClaim,
+    NodeOverlay,
+    NodePool,
+)
 from provisioning.observability.metrics import (
     BATCH_WINDOW,
     PLAN_VIOLATIONS,
@@ -45,7 +54,7 @@ from provisioning.observability.metrics import (
     SCHEDULING_DURATION,
     cloud_call,
 )
-from provisioning.scheduling.plan import ClaimPlan, Plan
+from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
 from provisioning.scheduling.verify import verify, withhold
 from provisioning.services import events, launchbatch
 from provisioning.services.connections import get_redis
@@ -260,6 +269,7 @@ def verify_key() -> tuple:
         tuple(claims.values_list("pk", "name", "state", "node_name", "instance_type", "zone", "capacity_type")),
         tuple(NodePool.objects.order_by("pk").values_list("pk", "resource_version", Cast("status", TextField()))),
         tuple(EC2NodeClass.objects.order_by("pk").values_list("pk", "resource_version", Cast("status", TextField()))),
+        tuple(NodeOverlay.objects.order_by("pk").values_list("pk", "resource_version")),
         tuple(sorted(unavailable_now().items())),
         tuple(Disruption.objects.filter(state=Disruption.State.DRAINING).order_by("pk").values_list("pk", flat=True)),
     )
@@ -368,9 +378,7 @@ def warm_up() -> None:
     from provisioning.services.simulate import build_snapshot
 
     catalog = load_catalog()
-    documents = [o.to_manifest() for o in EC2NodeClass.objects.order_by("pk")]
-    documents += [o.to_manifest() for o in NodePool.objects.order_by("pk")]
-    build_snapshot(documents, catalog=catalog)
+    build_snapshot(policy_documents(), catalog=catalog)
 
 
 def _log_decision(decision: Decision, plan: Plan) -> None:
@@ -405,8 +413,7 @@ def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
     (on the claim, or on its node once registered), so their room stays theirs. Also the
     ids of the pods included: the cluster moves on while it is read, and a pod read as
     pending a moment ago may be among them now."""
-    documents: list[dict] = [obj.to_manifest() for obj in EC2NodeClass.objects.order_by("pk")]
-    documents += [obj.to_manifest() for obj in NodePool.objects.order_by("pk")]
+    documents = policy_documents()
     documents += [{"apiVersion": "v1", "kind": "Node", **n.manifest} for n in ClusterNode.objects.order_by("pk")]
     documents += in_flight_documents(catalog)
     bound = list(ClusterPod.objects.exclude(node_name="").order_by("pk"))
@@ -428,6 +435,15 @@ def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
     return documents, seen
 
 
+def policy_documents() -> list[dict]:
+    """The policies as manifests: EC2NodeClasses, NodePools and the NodeOverlays laid over
+    their instance types."""
+    documents: list[dict] = [obj.to_manifest() for obj in EC2NodeClass.objects.order_by("pk")]
+    documents += [obj.to_manifest() for obj in NodePool.objects.order_by("pk")]
+    documents += [obj.to_manifest() for obj in NodeOverlay.objects.order_by("pk")]
+    return documents
+
+
 def in_flight_documents(catalog) -> list[dict]:
     """NodeClaims not registered yet, as Nodes of their chosen (or cheapest) offering, with the
     labels and taints the simulated kubelet will register them with (the single-valued
@@ -440,6 +456,7 @@ def in_flight_documents(catalog) -> list[dict]:
         it = catalog.instance_type(claim.instance_type or option["instanceType"])
         if it is None:
             continue
+        it = claim.with_overlay_capacity(it)
         documents.append(
             node_manifest(
                 claim.name,
@@ -542,24 +559,41 @@ def _claim(planned: ClaimPlan, nodepool: NodePool | None, decision, disruption, 
         "labels": dict(planned.labels),
         "annotations": dict(planned.annotations),
     }
+    if planned.overlay_capacity:
+        # What NodeOverlays add to each option's capacity: a device plugin reports it on a real
+        # node; the simulated kubelet (and the next run, while the claim is in flight) adds it.
+        spec["overlayCapacity"] = {
+            name: {resource: str(amount) for resource, amount in extra.items()}
+            for name, extra in planned.overlay_capacity.items()
+        }
     return NodeClaim(
         name=f"{planned.nodepool}-{secrets.token_hex(3)}",
         nodepool_name=planned.nodepool,
         nodeclass_name=nodeclass,
         spec=spec,
-        launch_options=[
-            {"instanceType": o.instance_type, "zone": o.zone, "capacityType": o.capacity_type, "price": o.price}
-            for o in planned.options
-        ],
+        launch_options=[option_row(o) for o in planned.options],
         decision=decision,
         disruption=disruption,
         pods=list(planned.pods),
         why=planned.why,
-        alternatives=[
-            {"instanceType": o.instance_type, "capacityType": o.capacity_type, "zone": o.zone, "price": o.price}
-            for o in planned.alternatives
-        ],
+        alternatives=[option_row(o) for o in planned.alternatives],
     )
+
+
+def option_row(option: InstanceTypeOption) -> dict[str, Any]:
+    """An offering a claim compared, as its row keeps it: the effective price, and where
+    NodeOverlays changed it, the list price before them (null: none published) and their names."""
+    row: dict[str, Any] = {
+        "instanceType": option.instance_type,
+        "zone": option.zone,
+        "capacityType": option.capacity_type,
+        "price": option.price,
+    }
+    if option.price_overlays:
+        row["listPrice"] = option.listed
+    if option.overlays:
+        row["overlays"] = list(option.overlays)
+    return row
 
 
 # ------------------------------------------------------------------ claims that never came up

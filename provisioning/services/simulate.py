@@ -23,7 +23,9 @@ topology spreads), turns them into the solver's :class:`Snapshot`, solves, and s
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -34,6 +36,8 @@ from provisioning.cloud.base import ResolvedNodeClass, Subnet
 from provisioning.cloud.catalog import Catalog
 from provisioning.crd.labels import NODEPOOL
 from provisioning.scheduling.frozen import frozen_map
+from provisioning.scheduling.overlays import Applied, Overlay, PoolTypes
+from provisioning.scheduling.overlays import apply as apply_overlays
 from provisioning.scheduling.plan import ClaimPlan, Plan
 from provisioning.scheduling.pods import PodError
 from provisioning.scheduling.quantity import QuantityError, to_int
@@ -80,6 +84,20 @@ def build_snapshot(documents: Iterable[Any], **options: Any) -> tuple[Snapshot, 
     return snapshot, notes
 
 
+def overlay_report(policies: Iterable[Any], *, catalog: Catalog) -> tuple[list[NodePoolInput], Applied]:
+    """What the NodeOverlays among ``policies`` (policy documents, as provisioning reads them)
+    do to the NodePools' instance types (the same application, and cache, as every plan's),
+    with the NodePools; for the overlays' status. Raises :class:`SimulateError` on invalid input."""
+    notes: list[str] = []
+    nodeclasses, nodepools, overlays = _validate_policies([d for d in policies if isinstance(d, dict)], catalog, notes)
+    inputs = [
+        nodepool
+        for name, spec in _usable_nodepools(nodepools, notes)
+        if (nodepool := _nodepool_input(name, spec, nodeclasses, catalog, None, (), notes)) is not None
+    ]
+    return inputs, overlaid(inputs, overlays)
+
+
 def read_cluster(
     documents: Iterable[Any],
     *,
@@ -120,17 +138,20 @@ def read_cluster(
         what = f"{skipped.kind} {skipped.name}" if skipped.name else skipped.kind
         notes.append(f"skipped {what}: {skipped.note.removesuffix('; skipped')}")
 
-    nodeclasses, nodepools = _validate_policies(workloads.policies, catalog, notes)
+    nodeclasses, nodepools, overlays = _validate_policies(workloads.policies, catalog, notes)
     nodepools = _usable_nodepools(nodepools, notes)
     moment = now or datetime.now(UTC)
     nodes, rescheduled = _cluster_nodes(workloads, dict(nodepools), moment, notes)
     inputs = []
     for name, spec in nodepools:
-        nodepool = _nodepool_input(
-            name, spec, nodeclasses, catalog, resolved_zones, nodes, notes, unavailable, require_nodeclasses
-        )
+        nodepool = _nodepool_input(name, spec, nodeclasses, catalog, resolved_zones, nodes, notes, require_nodeclasses)
         if nodepool is not None:
             inputs.append(nodepool)
+    inputs = overlay_nodepools(inputs, overlays, notes)
+    if unavailable is not None:
+        inputs = [
+            replace(p, instance_types=tuple(Catalog.mark_unavailable(p.instance_types, unavailable))) for p in inputs
+        ]
     if not nodepools:
         notes.append("no NodePool in the input: no NodeClaim can be planned")
     nodes = _fill_uninitialized(nodes, inputs)
@@ -314,19 +335,21 @@ def resolve_zones(zones: Sequence[str], catalog: Catalog) -> tuple[str, ...]:
 
 def _validate_policies(
     policies: Sequence[dict], catalog: Catalog, notes: list[str]
-) -> tuple[dict[str, dict[str, Any]], list[tuple[str, dict[str, Any], dict]]]:
-    """EC2NodeClass specs by name and NodePool specs in document order, defaulted;
-    every error of every document at once."""
+) -> tuple[dict[str, dict[str, Any]], list[tuple[str, dict[str, Any], dict]], list[Overlay]]:
+    """EC2NodeClass specs by name, NodePool specs in document order, defaulted, and the
+    NodeOverlays; every error of every document at once."""
     problems: list[str] = []
     nodeclasses: dict[str, dict[str, Any]] = {}
     nodepools: list[tuple[str, dict[str, Any]]] = []
+    overlays: list[Overlay] = []
     seen: set[tuple[str, str]] = set()
     labels = None
+    catalog_aware = (crd.NODEPOOL.kind, crd.NODEOVERLAY.kind)
     for document in policies:
         kind = document.get("kind")
-        if kind == crd.NODEPOOL.kind and labels is None:
+        if kind in catalog_aware and labels is None:
             labels = catalog.label_values()
-        result = crd.validate(document, catalog_labels=labels if kind == crd.NODEPOOL.kind else None)
+        result = crd.validate(document, catalog_labels=labels if kind in catalog_aware else None)
         where = describe(document)
         if not result.ok:
             problems.extend(f"{where}: {error}" for error in result.errors)
@@ -340,11 +363,58 @@ def _validate_policies(
         spec = crd.default(document).get("spec") or {}
         if kind == crd.NODEPOOL.kind:
             nodepools.append((name, spec, document))
+        elif kind == crd.NODEOVERLAY.kind:
+            if not (document.get("metadata") or {}).get("deletionTimestamp"):
+                overlays.append(Overlay.from_spec(name, spec))
         else:
             nodeclasses[name] = spec
     if problems:
         raise SimulateError(problems)
-    return nodeclasses, nodepools
+    return nodeclasses, nodepools, overlays
+
+
+def overlay_nodepools(
+    inputs: Sequence[NodePoolInput], overlays: Sequence[Overlay], notes: list[str] | None = None
+) -> list[NodePoolInput]:
+    """The NodePools with the NodeOverlays laid over their instance types (THE catalog as the
+    solver sees it: prices, extended resources, types without public pricing made
+    launchable); an overlay left out for a conflict is noted."""
+    if not overlays:
+        return list(inputs)
+    applied = overlaid(inputs, overlays)
+    if notes is not None:
+        notes.extend(f"NodeOverlay {name}: not applied: it {why}" for name, why in sorted(applied.conflicts.items()))
+    return [replace(p, instance_types=applied.instance_types[p.name]) for p in inputs]
+
+
+_OVERLAID: OrderedDict[tuple, tuple[Applied, tuple]] = OrderedDict()
+_OVERLAID_LOCK = threading.Lock()
+OVERLAID_KEPT = 8
+
+
+def overlaid(inputs: Sequence[NodePoolInput], overlays: Sequence[Overlay]) -> Applied:
+    """``overlays.apply`` over the NodePools, kept while the catalog's types, the NodePools'
+    names and labels and the overlays stay the same: every provisioning run and disruption
+    round reads the same policies, and laying an overlay over every offering takes a while."""
+    key = (
+        tuple((p.name, tuple(sorted(p.labels.items())), id(p.instance_types)) for p in inputs),
+        tuple(
+            (o.name, o.weight, o.price, o.price_adjustment, tuple(sorted(o.capacity.items())), o.requirements)
+            for o in overlays
+        ),
+    )
+    with _OVERLAID_LOCK:
+        found = _OVERLAID.get(key)
+        if found is not None:
+            _OVERLAID.move_to_end(key)
+            return found[0]
+    applied = apply_overlays([PoolTypes(p.name, p.labels, p.instance_types) for p in inputs], overlays)
+    with _OVERLAID_LOCK:
+        # The types are kept with the answer, so the ids in the key cannot be reused meanwhile.
+        _OVERLAID[key] = (applied, tuple(p.instance_types for p in inputs))
+        while len(_OVERLAID) > OVERLAID_KEPT:
+            _OVERLAID.popitem(last=False)
+    return applied
 
 
 def _nodepool_input(
@@ -355,7 +425,6 @@ def _nodepool_input(
     zones: tuple[str, ...] | None,
     nodes: Sequence[ExistingNode],
     notes: list[str],
-    unavailable: Callable[[str], bool] | None = None,
     require_nodeclass: bool = False,
 ) -> NodePoolInput | None:
     where = f"NodePool {name}"
@@ -396,10 +465,9 @@ def _nodepool_input(
     if zones is not None:
         subnets = tuple(Subnet(f"subnet-{zone}", zone, catalog.zone_ids.get(zone, "")) for zone in zones)
         resolved = ResolvedNodeClass(name=ref, ami_family="", subnets=subnets)
-    if unavailable is None:
-        instance_types = tuple(catalog.instance_types(nodeclass_spec, resolved))
-    else:
-        instance_types = tuple(catalog.instance_types(nodeclass_spec, resolved, unavailable))
+    # The built types themselves: NodeOverlays are laid over them (cached on their identity),
+    # then the insufficient-capacity marks (``read_cluster``).
+    instance_types = catalog.shapes(nodeclass_spec, resolved)
     if not instance_types:
         notes.append(f"{where}: EC2NodeClass {ref!r} can launch no instance type of {catalog.region}")
 
@@ -509,6 +577,8 @@ def plan_to_json(plan: Plan, snapshot: Snapshot, violations: Sequence[Any] | Non
             "capacityType": claim.chosen.capacity_type,
             "zone": claim.chosen.zone,
             "pricePerHour": _price(claim.price),
+            "listPricePerHour": None if claim.chosen.listed is None else _price(claim.chosen.listed),
+            "overlays": list(claim.chosen.overlays),
             "instanceTypeOptions": _option_names(claim),
             "pods": list(claim.pods),
         }
@@ -551,8 +621,15 @@ def plan_to_table(plan: Plan, snapshot: Snapshot | None = None) -> str:
             )
             for claim in plan.claims
         ]
-        header = ("NODECLAIM", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "$/HOUR", "PODS")
-        lines += _columns(header, rows, right=frozenset({5, 6}))
+        header: tuple[str, ...] = ("NODECLAIM", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "$/HOUR", "PODS")
+        if any(claim.chosen.overlays for claim in plan.claims):
+            # Effective prices above; the list price and the NodeOverlays that changed it beside.
+            header += ("LIST $/HOUR", "NODEOVERLAYS")
+            rows = [
+                (*row, "-" if c.chosen.listed is None else f"{c.chosen.listed:.4f}", ",".join(c.chosen.overlays))
+                for row, c in zip(rows, plan.claims, strict=True)
+            ]
+        lines += _columns(header, rows, right=frozenset({5, 6, 7}))
     else:
         lines.append("No NodeClaims to launch.")
     placed = [(name, pods) for name, pods in plan.existing.items() if pods]

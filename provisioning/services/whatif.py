@@ -2,10 +2,11 @@
 anything is applied.
 
 The documents are the ``simulate`` kinds (Pod, Deployment, ..., Node, NodePool,
-EC2NodeClass). They are planned with the NodePools and EC2NodeClasses of the database, and
-a NodePool or EC2NodeClass in the input replaces the current one of the same name, so an
-edit can be tried before it is made. The validator, the solver and the catalog are the ones
-provisioning uses (``simulate.plan_documents`` with ``load_catalog()``). Nothing is written.
+EC2NodeClass, NodeOverlay). They are planned with the policies of the database, and a
+NodePool, EC2NodeClass or NodeOverlay in the input replaces the current one of the same
+name, so an edit (a Savings Plan's discount, say) can be tried before it is made. The
+validator, the solver and the catalog are the ones provisioning uses
+(``simulate.plan_documents`` with ``load_catalog()``). Nothing is written.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provisioning.models import EC2NodeClass, NodePool
+from provisioning.models import EC2NodeClass, NodeOverlay, NodePool
 from provisioning.scheduling.workloads import POLICY_KINDS
 from provisioning.services.catalog import load_catalog
 from provisioning.services.simulate import HOURS_PER_MONTH, plan_documents, plan_to_json
@@ -22,7 +23,7 @@ from provisioning.services.simulate import HOURS_PER_MONTH, plan_documents, plan
 # A web request plans at most this many pods (a few seconds of solving); manage.py simulate
 # has no such limit.
 MAX_PODS = 5_000
-POLICY_MODELS = (EC2NodeClass, NodePool)
+POLICY_MODELS = (EC2NodeClass, NodePool, NodeOverlay)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class WhatIf:
 
 
 def policies_in_force() -> list[str]:
-    """``Kind name`` of every NodePool and EC2NodeClass a what-if plans with."""
+    """``Kind name`` of every NodePool, EC2NodeClass and NodeOverlay a what-if plans with."""
     return [
         f"{model.crd_kind.kind} {name}"
         for model in POLICY_MODELS
@@ -64,7 +65,7 @@ def policies_in_force() -> list[str]:
 
 def plan_manifests(documents: Sequence[Any]) -> WhatIf:
     """Plan ``documents`` (parsed manifests) with the policies in force, the input's own
-    NodePools and EC2NodeClasses replacing those of the same name. Raises
+    policies replacing those of the same kind and name. Raises
     :class:`~provisioning.services.simulate.SimulateError` on invalid input."""
     given = {_identity(document) for document in documents}
     policies: list[dict[str, Any]] = []

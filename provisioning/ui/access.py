@@ -229,6 +229,8 @@ WEB_ROUTES: tuple[Route, ...] = (
     api("api/v1/nodepools/<str:name>/", "read; replace, merge patch, delete", write=("PUT", "PATCH", "DELETE")),
     api("api/v1/ec2nodeclasses/", "list; create", write=("POST",)),
     api("api/v1/ec2nodeclasses/<str:name>/", "read; replace, merge patch, delete", write=("PUT", "PATCH", "DELETE")),
+    api("api/v1/nodeoverlays/", "list; create", write=("POST",)),
+    api("api/v1/nodeoverlays/<str:name>/", "read; replace, merge patch, delete", write=("PUT", "PATCH", "DELETE")),
     api("api/v1/simulate/", "plan manifests, nothing written", read=("OPTIONS",), post_is_read=True),
     api("api/v1/simulate/disruption/", "the disruption round, planned", post_is_read=True),
     api("api/v1/spend/", "spend over time"),

@@ -17,14 +17,25 @@ from provisioning.crd.errors import FieldError
 from provisioning.crd.manifest import dump_yaml
 from provisioning.models import RESOURCE_MODELS, CustomResource
 from provisioning.services.policy import manifest_diff, validate_manifest
-from provisioning.ui.forms import ConfirmForm, EditorStateForm, ManifestForm, NodePoolEditor, YamlEditor, for_apply
+from provisioning.ui.forms import (
+    ConfirmForm,
+    EditorStateForm,
+    ManifestForm,
+    NodeOverlayEditor,
+    NodePoolEditor,
+    YamlEditor,
+    for_apply,
+)
 
-Editor = NodePoolEditor | YamlEditor
+Editor = NodePoolEditor | NodeOverlayEditor | YamlEditor
+
+
+FORMS = {"NodePool": NodePoolEditor, "NodeOverlay": NodeOverlayEditor}
 
 
 def editors_for(kind: str) -> tuple[str, ...]:
     """The editors a kind offers, the default first."""
-    return ("form", "yaml") if kind == "NodePool" else ("yaml",)
+    return ("form", "yaml") if kind in FORMS else ("yaml",)
 
 
 def make_editor(kind: str, editor: str | None, stored: dict[str, Any] | None, data: Any = None) -> Editor:
@@ -33,7 +44,7 @@ def make_editor(kind: str, editor: str | None, stored: dict[str, Any] | None, da
     edits what exists and keeps what it does not show."""
     offered = editors_for(kind) if stored is not None else ("yaml",)
     if (editor if editor in offered else offered[0]) == "form":
-        return NodePoolEditor(stored, data)
+        return FORMS[kind](stored, data)
     if data is not None or stored is None:
         return YamlEditor(data=data)
     return YamlEditor.of(stored)

@@ -1,11 +1,12 @@
-"""Editors of a policy: the NodePool form with its row formsets, and the YAML editor.
+"""Editors of a policy: the NodePool and NodeOverlay forms with their row formsets, and the
+YAML editor.
 
-Both turn what a person typed into a proposed manifest; neither judges it. THE validator
+Each turns what a person typed into a proposed manifest; none judges it. THE validator
 (``services.policy.validate_manifest``) does, and each editor then puts every error next
 to the input its field path names (``place_errors``), returning the ones that name none.
 
-The NodePool form edits a copy of the stored manifest, so every field it does not show
-(template labels, startupTaints, other limits...) is kept as it is.
+The forms edit a copy of the stored manifest, so every field they do not show (template
+labels, startupTaints, other limits...) is kept as it is.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from django import forms
 
-from provisioning.crd import nodepool
+from provisioning.crd import nodeoverlay, nodepool
 from provisioning.crd.errors import FieldError, ManifestError
 from provisioning.crd.manifest import dump_yaml, line_of, load_document
 
@@ -241,6 +242,7 @@ class NodePoolEditor:
     """The NodePool form and its three row formsets, over the manifest they edit."""
 
     name = "form"
+    partial = "nodepool-form"  # the part of the edit page it renders in
 
     def __init__(self, base: dict[str, Any], data: Any = None) -> None:
         self.base = for_apply(base)
@@ -368,6 +370,163 @@ def _quantity(text: str, stored: Any) -> int | str:
     if stored is not None and text == str(stored):
         return stored
     return int(text) if re.fullmatch(r"[0-9]+", text) else text
+
+
+# ---------------------------------------------------------------- the NodeOverlay form
+
+
+class OverlayRequirementForm(RequirementForm):
+    """A NodeOverlay's requirement: a NodePool's without minValues."""
+
+    key = forms.CharField(
+        required=False, widget=forms.TextInput(attrs={"placeholder": "karpenter.k8s.aws/instance-family"})
+    )
+    values = forms.CharField(
+        required=False, widget=forms.TextInput(attrs={"placeholder": "m7i, c7i, r7i"}), help_text="comma separated"
+    )
+    min_values = None  # type: ignore[assignment]
+
+    blank_fields = ("key", "values")
+    item_fields = {"key": "key", "operator": "operator", "values": "values"}
+
+    @classmethod
+    def initial_for(cls, item: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "key": item.get("key", ""),
+            "operator": item.get("operator", "In"),
+            "values": ", ".join(str(v) for v in item.get("values") or []),
+        }
+
+    def to_item(self, base_items: list[Any]) -> dict[str, Any]:
+        data = self.cleaned_data
+        item: dict[str, Any] = {"key": data.get("key", "").strip(), "operator": data.get("operator")}
+        values = comma_separated(data.get("values", ""))
+        if values:
+            item["values"] = values
+        return item
+
+
+class CapacityForm(RowForm):
+    """An extended resource the overlay adds to the instance types it matches."""
+
+    resource = forms.CharField(required=False, widget=forms.TextInput(attrs={"placeholder": "smarter-devices/fuse"}))
+    quantity = forms.CharField(required=False, widget=forms.TextInput(attrs={"placeholder": "1"}))
+
+    blank_fields = ("resource", "quantity")
+    item_fields = {"": "quantity"}
+
+    @classmethod
+    def initial_for(cls, resource: str, quantity: Any) -> dict[str, Any]:
+        return {"resource": resource, "quantity": str(quantity)}
+
+    def to_item(self, base_items: list[Any]) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {"resource": data.get("resource", "").strip(), "quantity": data.get("quantity", "").strip()}
+
+
+OverlayRequirementFormSet = forms.formset_factory(
+    OverlayRequirementForm, extra=ROW_EXTRA, can_delete=True, max_num=nodeoverlay.MAX_REQUIREMENTS
+)
+CapacityFormSet = forms.formset_factory(CapacityForm, extra=1, can_delete=True, max_num=50)
+
+PRICE_KINDS = [
+    ("", "no price change"),
+    ("priceAdjustment", "priceAdjustment: change the price (+0.05, -27%)"),
+    ("price", "price: replace the price (0.42)"),
+]
+
+
+class NodeOverlayForm(forms.Form):
+    weight = forms.IntegerField(required=False, help_text="1 to 10000; where overlays meet, the higher one wins")
+    price_kind = forms.ChoiceField(required=False, choices=PRICE_KINDS, label="Price")
+    price_value = forms.CharField(
+        required=False, label="by / to", widget=forms.TextInput(attrs={"placeholder": "-27%"})
+    )
+
+    @classmethod
+    def initial_for(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        kind = "price" if spec.get("price") is not None else "priceAdjustment" if spec.get("priceAdjustment") else ""
+        return {"weight": spec.get("weight"), "price_kind": kind, "price_value": spec.get(kind, "") if kind else ""}
+
+
+OVERLAY_FIELD_PATHS = {"spec.weight": "weight", "spec.price": "price_value", "spec.priceAdjustment": "price_value"}
+
+
+class NodeOverlayEditor(NodePoolEditor):
+    """The NodeOverlay form: weight, the price change, requirements and extended resources.
+    Everything else of the manifest (labels, annotations) is kept."""
+
+    name = "form"
+    partial = "nodeoverlay-form"
+
+    def __init__(self, base: dict[str, Any], data: Any = None) -> None:
+        self.base = for_apply(base)
+        spec = self.base.get("spec") or {}
+        self.form = NodeOverlayForm(data, initial=NodeOverlayForm.initial_for(spec))
+        capacity = spec.get("capacity") if isinstance(spec.get("capacity"), dict) else {}
+        self.formsets = {
+            "requirements": OverlayRequirementFormSet(
+                data,
+                prefix="requirements",
+                initial=[OverlayRequirementForm.initial_for(i) for i in spec.get("requirements") or []],
+            ),
+            "capacity": CapacityFormSet(
+                data, prefix="capacity", initial=[CapacityForm.initial_for(k, v) for k, v in capacity.items()]
+            ),
+        }
+        self.section_errors = {section: [] for section in self.formsets}
+        self.rows_in_manifest = {section: [] for section in self.formsets}
+        self.field_paths = OVERLAY_FIELD_PATHS
+        self.row_paths = {"spec.requirements": "requirements"}
+
+    def proposed(self) -> dict[str, Any] | None:
+        self.is_valid()
+        manifest = copy.deepcopy(self.base)
+        spec = manifest.setdefault("spec", {})
+        data = self.form.cleaned_data
+        if "weight" in data:
+            _put(spec, "weight", data["weight"])
+        if "price_kind" in data:
+            spec.pop("price", None)
+            spec.pop("priceAdjustment", None)
+            if data["price_kind"]:
+                _put(spec, data["price_kind"], data.get("price_value", "").strip())
+        spec["requirements"] = self._items("requirements", spec.get("requirements"))
+        rows = self._items("capacity", None)
+        capacity = {row["resource"]: _quantity(row["quantity"] or "", None) for row in rows}
+        rows_of = zip(rows, self.rows_in_manifest["capacity"], strict=True)
+        self.capacity_rows = {row["resource"]: form for row, form in rows_of}
+        _put(spec, "capacity", capacity)
+        return manifest
+
+    def _place(self, error: FieldError) -> bool:
+        for prefix, field in self.field_paths.items():
+            if _below(error.path, prefix) is not None:
+                self.form.add_error(field, error.message)
+                return True
+        rest = _below(error.path, "spec.capacity")
+        if rest is not None:
+            match = re.match(r"^\[(?P<key>[^\]]+)\]", rest)
+            key = match["key"].strip("'") if match else None
+            row = getattr(self, "capacity_rows", {}).get(key) if key is not None else None
+            if row is None:
+                self.section_errors["capacity"].append(error.message)
+            else:
+                row.add_error("quantity" if "quantity" in error.message else "resource", error.message)
+            return True
+        for prefix, section in self.row_paths.items():
+            rest = _below(error.path, prefix)
+            if rest is None:
+                continue
+            match = ROW_PATH.match(rest)
+            rows = self.rows_in_manifest[section]
+            if match is None or int(match["index"]) >= len(rows):
+                self.section_errors[section].append(error.message)
+                return True
+            row = rows[int(match["index"])]
+            row.add_error(row.item_fields.get(match["field"] or ""), error.message)
+            return True
+        return False
 
 
 # ---------------------------------------------------------------- the YAML editor

@@ -1,5 +1,5 @@
-"""Starting points for a new NodePool or EC2NodeClass: seed-style manifests people copy
-and adapt, and a blank skeleton. Each starter is a YAML file next to this module, so its
+"""Starting points for a new NodePool, EC2NodeClass or NodeOverlay: seed-style manifests
+people copy and adapt, and a blank skeleton. Each starter is a YAML file next to this module, so its
 comments reach the editor as written."""
 
 from __future__ import annotations
@@ -52,6 +52,18 @@ STARTERS = (
         "EC2NodeClass",
         "Amazon Linux 2023",
         "The latest AL2023 AMI, subnets and security groups found by the cluster's discovery tag",
+    ),
+    Starter(
+        "nodeoverlay-savings-plan",
+        "NodeOverlay",
+        "Compute Savings Plan, 27% off on-demand for these families",
+        "On-demand m7i, c7i and r7i priced 27% below list, so they are compared at what you pay",
+    ),
+    Starter(
+        "nodeoverlay-licence",
+        "NodeOverlay",
+        "Licence surcharge per vCPU",
+        "$0.02 per vCPU-hour added to the 4-vCPU types of one NodePool; one overlay per vCPU count",
     ),
 )
 

@@ -1,5 +1,5 @@
 """``manage.py cluster_watch``: mirror a real cluster (``KARPWEB_CLUSTER=kubernetes``) into the
-database: Pods, Nodes, NodePools and EC2NodeClasses, listed then watched (a relist on 410).
+database: Pods, Nodes, NodePools, EC2NodeClasses and NodeOverlays, listed then watched (a relist on 410).
 Runs in-cluster or with ``--kubeconfig``. Replicas elect a leader through the Lease
 ``karpweb-cluster-watch`` in their namespace: only the leader syncs and watches, the others wait
 to take over. A replica that loses the lead exits, to start again as one that waits."""
@@ -15,11 +15,11 @@ from django.db import close_old_connections
 from karpweb import heartbeat
 from provisioning.cluster.base import ClusterError, Event
 
-KINDS = ("NodePool", "EC2NodeClass", "Node", "Pod")
+KINDS = ("NodePool", "EC2NodeClass", "NodeOverlay", "Node", "Pod")
 
 
 class Command(BaseCommand):
-    help = "Mirror Pods, Nodes, NodePools and EC2NodeClasses of a real cluster into the database."
+    help = "Mirror Pods, Nodes, NodePools, EC2NodeClasses and NodeOverlays of a real cluster into the database."
 
     def add_arguments(self, parser):
         parser.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster, $KUBECONFIG)")

@@ -14,7 +14,7 @@ HEADER = "# Rendered by `manage.py crds` from provisioning/crd/; edit the schema
 
 
 class Command(BaseCommand):
-    help = "Render the NodePool and EC2NodeClass CRDs into deploy/crds/ (or --check they are current)."
+    help = "Render the NodePool, EC2NodeClass and NodeOverlay CRDs into deploy/crds/ (or --check they are current)."
 
     def add_arguments(self, parser):
         parser.add_argument("--out", default=str(settings.BASE_DIR / "deploy" / "crds"))

@@ -1,4 +1,4 @@
-"""``manage.py export``: NodePools and EC2NodeClasses as kubectl's YAML."""
+"""``manage.py export``: NodePools, EC2NodeClasses and NodeOverlays as kubectl's YAML."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from provisioning.models import RESOURCE_MODELS
 
 
 class Command(BaseCommand):
-    help = "Print NodePools and EC2NodeClasses as YAML (kubectl get -o yaml style) or JSON."
+    help = "Print NodePools, EC2NodeClasses and NodeOverlays as YAML (kubectl get -o yaml style) or JSON."
 
     def add_arguments(self, parser):
         parser.add_argument("names", nargs="*", help="only these names")
@@ -24,7 +24,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, names: list[str], kind: str | None, output: str, for_apply: bool, **options):
-        kinds = [kind] if kind else ["EC2NodeClass", "NodePool"]
+        kinds = [kind] if kind else ["EC2NodeClass", "NodePool", "NodeOverlay"]
         manifests = []
         for name in kinds:
             queryset = RESOURCE_MODELS[name].objects.order_by("name")

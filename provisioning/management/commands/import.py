@@ -1,4 +1,5 @@
-"""``manage.py import -f FILE``: apply NodePool and EC2NodeClass manifests, as kubectl apply."""
+"""``manage.py import -f FILE``: apply NodePool, EC2NodeClass and NodeOverlay manifests, as kubectl
+apply."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from provisioning.services.policy import Conflict, Invalid, apply_manifest, vali
 
 
 class Command(BaseCommand):
-    help = "Apply NodePool / EC2NodeClass manifests (YAML or JSON; '-' reads stdin). All or nothing."
+    help = "Apply NodePool / EC2NodeClass / NodeOverlay manifests (YAML or JSON; '-' reads stdin). All or nothing."
 
     def add_arguments(self, parser):
         parser.add_argument("-f", "--filename", action="append", required=True, help="manifest file, or -")

@@ -1,5 +1,6 @@
-"""``manage.py seed_demo``: the demo policies for an empty platform (``make run`` only), and
-the demo PodDisruptionBudget when the cluster is the simulated one."""
+"""``manage.py seed_demo``: the demo policies for an empty platform (``make run`` only): an
+EC2NodeClass, a NodePool and a NodeOverlay; and the demo PodDisruptionBudget when the cluster
+is the simulated one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from provisioning.crd.manifest import load_documents
-from provisioning.models import AuditEntry, EC2NodeClass, NodePool
+from provisioning.models import AuditEntry, EC2NodeClass, NodeOverlay, NodePool
 from provisioning.services import demo
 from provisioning.services.policy import apply_manifest
 
@@ -18,13 +19,13 @@ DEMO = Path(__file__).resolve().parents[2] / "demo" / "policies.yaml"
 
 class Command(BaseCommand):
     help = (
-        "Seed the demo EC2NodeClass and NodePool (and the simulated cluster's demo PodDisruptionBudget) "
-        "into a platform that has never had policies."
+        "Seed the demo EC2NodeClass, NodePool and NodeOverlay (and the simulated cluster's demo "
+        "PodDisruptionBudget) into a platform that has never had policies."
     )
 
     def handle(self, *args, **options):
         # A platform with any policy history is left alone: deleting the demo sticks.
-        if NodePool.objects.exists() or EC2NodeClass.objects.exists() or AuditEntry.objects.exists():
+        if any(m.objects.exists() for m in (NodePool, EC2NodeClass, NodeOverlay, AuditEntry)):
             return
         for doc in load_documents(DEMO.read_bytes(), source=str(DEMO)):
             applied = apply_manifest(doc, source="system", actor="demo")

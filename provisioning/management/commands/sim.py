@@ -9,7 +9,8 @@
                                            set a node condition, as a kubelet or the node
                                            monitoring agent would (node repair reads them)
 
-NodePool and EC2NodeClass documents in the file are applied as policies (THE validator);
+NodePool, EC2NodeClass and NodeOverlay documents in the file are applied as policies (THE
+validator);
 PodDisruptionBudget (policy/v1) documents are stored, and deleted by ``sim delete``.
 Exit 2 on invalid input, naming the document and the field.
 """
@@ -89,7 +90,7 @@ class Command(BaseCommand):
 
     def _apply_policies(self, documents: list) -> None:
         for document in documents:
-            if isinstance(document, dict) and document.get("kind") in ("NodePool", "EC2NodeClass"):
+            if isinstance(document, dict) and document.get("kind") in crd.KINDS:
                 try:
                     policy.apply_manifest(document, source="cli", actor="sim apply")
                 except policy.Invalid as exc:

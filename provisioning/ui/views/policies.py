@@ -1,5 +1,5 @@
-"""Policies: the list of NodePools and EC2NodeClasses, one policy with its history, and
-deleting one. Changing them is in ``policy_edit``."""
+"""Policies: the list of NodePools, EC2NodeClasses and NodeOverlays, one policy with its
+history, and deleting one. Changing them is in ``policy_edit``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_safe
 
 from provisioning.crd.manifest import dump_yaml
-from provisioning.models import RESOURCE_MODELS, AuditEntry, ClusterNode, EC2NodeClass, NodePool
+from provisioning.models import RESOURCE_MODELS, AuditEntry, ClusterNode, EC2NodeClass, NodeOverlay, NodePool
+from provisioning.services import overlays
 from provisioning.services.policy import Conflict, NotFound, delete_resource, deletion_warnings, validate_manifest
 from provisioning.ui import starters
 from provisioning.ui.access import EDITOR, VIEWER, role_required
@@ -73,6 +74,7 @@ def policy_list(request: HttpRequest) -> HttpResponse:
     context = {
         "nodepool_rows": rows,
         "nodeclasses": nodeclasses,
+        "overlays": list(NodeOverlay.objects.all()),
         "starters": {kind: starters.starters_for(kind) for kind in RESOURCE_MODELS},
     }
     return render(request, "provisioning/policies/list.html", context)
@@ -94,6 +96,9 @@ def policy_detail(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     if obj is not None:
         context["yaml"] = dump_yaml([obj.to_manifest()])
         context["warnings"] = validate_manifest(obj.to_manifest(server_fields=False)).warnings
+    if isinstance(obj, NodeOverlay):
+        # What it does now, as the next plan will apply it (the status is at most a minute old).
+        context["verdict"] = overlays.evaluate().get(obj.name)
     return render(request, "provisioning/policies/detail.html", context)
 
 

@@ -106,8 +106,8 @@ def _submitted(request: HttpRequest, kind: str, current: CustomResource | None) 
     editor = make_editor(kind, state.cleaned_data["editor"], _stored_manifest(current), _with_added_row(request.POST))
     judged = check(editor, kind, name, current)
     context = _context(kind, current, editor, state, judged)
-    if "add_row" in request.POST and request.htmx:
-        return render(request, EDIT_TEMPLATE + "#nodepool-form", context)
+    if "add_row" in request.POST and request.htmx and editor.name == "form":
+        return render(request, f"{EDIT_TEMPLATE}#{editor.partial}", context)
     if "review" not in request.POST:
         return render(request, EDIT_TEMPLATE, context)
     if not judged.ok:
