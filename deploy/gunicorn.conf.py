@@ -4,7 +4,8 @@
                           terminated by the ingress/load balancer in front.
     KARPWEB_ROLE=webhook  the validating admission webhook: HTTPS on 0.0.0.0:$WEBHOOK_PORT (8443),
                           called only by the Kubernetes API server. Django serves this role's own
-                          URLconf (karpweb/urls_webhook.py): the webhook, its probes and /metrics.
+                          URLconf (karpweb/urls_webhook.py): the webhook and its probes. The
+                          workers' metrics are served by the master on KARPWEB_METRICS_PORT.
 
     gunicorn -c deploy/gunicorn.conf.py karpweb.wsgi:application
 
@@ -23,8 +24,12 @@ Environment (all optional):
     WEBHOOK_ACCESS_LOG   1 to log every admission request (off)
     KARPWEB_VAR_DIR      the var directory (<repo>/var), as in karpweb.settings
     GUNICORN_CONTROL_SOCKET  path of gunicorn's control socket (off unless set)
-    PROMETHEUS_MULTIPROC_DIR where the workers keep their metrics for /metrics (a fresh directory
-                         per server, removed at exit, unless set)
+    PROMETHEUS_MULTIPROC_DIR where the workers keep their metrics (a fresh directory per server,
+                         removed at exit, unless set)
+    KARPWEB_METRICS_PORT the webhook role: the master serves its workers' metrics on this port, plain
+                         HTTP without a token, outside Django (provisioning/observability/port.py);
+                         unset, none. The web role serves /metrics on its own port and ignores it.
+    KARPWEB_METRICS_ADDR the address of that port (0.0.0.0)
     KARPWEB_LOG_FORMAT   json: gunicorn's own lines are JSON too, access lines with their request id
 
 This file is read by gunicorn only (it is not imported by Django), so it uses plain os.environ.
@@ -174,13 +179,34 @@ def post_worker_init(worker):
     gc.freeze()
 
 
-# Metrics: each worker counts in its own file under this directory and /metrics, served by any
-# worker, sums them all (prometheus_client's multiprocess mode). One directory per server, made
-# before the workers are forked: they inherit it and read it when prometheus_client is imported.
+# Metrics: each worker counts in its own file under this directory and a scrape sums them all
+# (prometheus_client's multiprocess mode): the web role's /metrics, served by any worker, and the
+# webhook role's metrics port, served by the master (when_ready below). One directory per server,
+# made before the workers are forked: they inherit it and read it when prometheus_client is imported.
 METRICS_DIR_PREFIX = f"karpweb-{ROLE}-metrics-"
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     _shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix=METRICS_DIR_PREFIX, dir=_shm)
+
+
+def when_ready(server):
+    """The webhook role: serve the workers' metrics on KARPWEB_METRICS_PORT from the master.
+
+    The port the API server calls serves the webhook and its probes only; Prometheus scrapes this
+    plain-HTTP port instead, which no Service exposes. The master serves from a thread of its own
+    whatever the workers (forked next, and any that replace them) count in the directory above,
+    as a Celery worker's main process serves its pool's (provisioning/observability/port.py).
+    """
+    if ROLE != "webhook":
+        return
+    from provisioning.observability import port
+
+    try:
+        port.serve(server.log)
+    except (ValueError, OSError) as exc:
+        on_exit(server)
+        # gunicorn prints a RuntimeError as "Error: ..." and exits 1, before any worker starts.
+        raise RuntimeError(f"gunicorn.conf.py: {exc}") from None
 
 
 def on_exit(server):

@@ -407,10 +407,11 @@ LOGGING = {
     "loggers": {"axes": {"level": "WARNING"}},
 }
 
-# Metrics (provisioning/observability): /metrics answers Prometheus; with a token set it wants
-# `Authorization: Bearer <token>`, and in production it answers nobody until one is set. Of the
-# web replicas, the one holding a lease in Redis adds the
-# cluster's state from the database, so a sum over replicas counts each pod and node once.
+# Metrics (provisioning/observability): the web role's /metrics answers Prometheus; with a token
+# set it wants `Authorization: Bearer <token>`, and in production it answers nobody until one is
+# set. Of the web replicas, the one holding a lease in Redis adds the cluster's state from the
+# database, so a sum over replicas counts each pod and node once. The webhook and worker pods
+# serve theirs on KARPWEB_METRICS_PORT, outside Django (provisioning/observability/port.py).
 KARPWEB_METRICS_TOKEN = env_str("KARPWEB_METRICS_TOKEN")
 if KARPWEB_PRODUCTION and KARPWEB_METRICS_TOKEN:
     KARPWEB_METRICS_TOKEN = production_secret("KARPWEB_METRICS_TOKEN", KARPWEB_METRICS_TOKEN, minimum=32)

@@ -18,7 +18,8 @@ In order, each step failing the check:
     from `docker run` until /readyz answers 200;
   * `webhook`: certificates from `manage webhook_certs`, mounted read-only as the Secret is (root,
     group 10001, 0440); TLS verified against their CA under the Service's name; an AdmissionReview
-    of a valid NodePool allowed and one of an invalid NodePool denied;
+    of a valid NodePool allowed and one of an invalid NodePool denied; both counted on the metrics
+    port (KARPWEB_METRICS_PORT, served by gunicorn's master), and no /metrics on the webhook's port;
   * `worker` and `beat`: their liveness probe (`alive`) passes, as the kubelet runs it;
   * each container stops on SIGTERM (`docker stop`) with status 0 within its Deployment's
     terminationGracePeriodSeconds.
@@ -266,6 +267,21 @@ def review(port: int, context: ssl.SSLContext, obj: dict) -> dict:
     return answer
 
 
+_REVIEW_COUNT = re.compile(r"^karpweb_webhook_request_duration_seconds_count\{([^}]*)\} (\S+)$", re.MULTILINE)
+
+
+def review_counts(metrics_port: int) -> dict[tuple[str, str, str], float]:
+    """{(kind, operation, result): reviews} as the webhook's metrics port reports them."""
+    status, _, body = http_get(metrics_port, "/metrics")
+    if status != 200:
+        raise CheckFailed(f"the webhook's metrics port answered {status}: {body[:300]!r}")
+    counts = {}
+    for labels, value in _REVIEW_COUNT.findall(body.decode()):
+        named = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        counts[(named.get("kind", ""), named.get("operation", ""), named.get("result", ""))] = float(value)
+    return counts
+
+
 def stop(docker: Docker, name: str, role: str) -> float:
     """docker stop (SIGTERM, SIGKILL after the grace period): must exit 0, and in time."""
     grace = GRACE[role]
@@ -394,11 +410,12 @@ def check(docker: Docker, options) -> None:
     )
     ca_pem = done.stdout
     context = ssl.create_default_context(cadata=ca_pem)
-    port = free_port(8443)
+    port, metrics_port = free_port(8443), free_port(9100)
     env = {
         "ALLOWED_HOSTS": f"{WEBHOOK_HOST},localhost",
         "WEBHOOK_CERT_FILE": f"{CERTS}/tls.crt",
         "WEBHOOK_KEY_FILE": f"{CERTS}/tls.key",
+        "KARPWEB_METRICS_PORT": str(metrics_port),
         **({"WEBHOOK_PORT": str(port)} if port != 8443 else {}),
     }
     webhook = docker.start("webhook", "--volume", f"{volume}:{CERTS}:ro", extra_env=env)
@@ -416,6 +433,13 @@ def check(docker: Docker, options) -> None:
     if denied["allowed"] is not False or denied["status"].get("code") != 422 or "Sometimes" not in message:
         raise CheckFailed(f"an invalid NodePool was not denied for its operator: {denied}")
     step(f"webhook on :{port} (TLS, verified as {WEBHOOK_HOST}): valid NodePool allowed, invalid one denied (422)")
+    counts = review_counts(metrics_port)
+    if counts != {("NodePool", "CREATE", "allowed"): 1.0, ("NodePool", "CREATE", "denied"): 1.0}:
+        raise CheckFailed(f"the webhook's metrics port counted {counts}, not the two reviews")
+    status = http_get(port, "/metrics", context=context, host=WEBHOOK_HOST)[0]
+    if status != 404:
+        raise CheckFailed(f"the webhook's port answered {status} to /metrics, which it must not serve")
+    step(f"webhook metrics on :{metrics_port} (gunicorn's master): both reviews counted; :{port}/metrics 404")
 
     # -- worker and beat, probed as the kubelet probes them
     looping = {}

@@ -418,7 +418,7 @@ PROMETHEUS = "namespace monitoring"
 # deploy/base/networkpolicies.yaml says in its table, and README (Deploy) too.
 REACHABLE = {
     "karpweb-web": {8000: ANYWHERE},  # the ingress; Prometheus (/metrics wants the token in production)
-    "karpweb-webhook": {8443: ANYWHERE},  # the API server is no pod; Prometheus, with the token
+    "karpweb-webhook": {8443: ANYWHERE, 9100: PROMETHEUS},  # the API server is no pod; plain metrics
     "karpweb-worker": {9100: PROMETHEUS},  # plain metrics without a token
     "karpweb-beat": {},
     "karpweb-watch": {},
@@ -431,7 +431,18 @@ def pod_labels(deployment: dict) -> dict[str, str]:
 
 
 def selects(selector: dict, labels: dict[str, str]) -> bool:
-    assert set(selector) <= {"matchLabels"}, selector  # no matchExpressions to evaluate here
+    assert set(selector) <= {"matchLabels", "matchExpressions"}, selector
+    for expression in selector.get("matchExpressions", []):
+        key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
+        assert operator in ("In", "NotIn", "Exists", "DoesNotExist"), expression
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
     return selector.get("matchLabels", {}).items() <= labels.items()
 
 
@@ -474,15 +485,20 @@ def test_network_policies_let_in_exactly_what_each_role_serves(docs):
 
 
 def test_services_expose_the_serving_ports_only(docs):
-    """karpweb-web is what an ingress exposes: its pods' http port, nothing else; the worker's
-    metrics port is behind no Service."""
+    """karpweb-web is what an ingress exposes: its pods' http port, nothing else; karpweb-webhook
+    the webhook's 8443; the metrics ports of the webhook and worker pods are behind no Service."""
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
     assert set(services) == {"karpweb-web", "karpweb-webhook"}
     web = services["karpweb-web"]["spec"]
     assert web["type"] == "ClusterIP"
     assert web["ports"] == [{"name": "http", "port": 80, "targetPort": "http"}]
     assert web["selector"] == {"app.kubernetes.io/name": "karpweb-web"}
-    assert services["karpweb-webhook"]["spec"]["selector"] == {"app.kubernetes.io/name": "karpweb-webhook"}
+    webhook = services["karpweb-webhook"]["spec"]
+    assert webhook["selector"] == {"app.kubernetes.io/name": "karpweb-webhook"}
+    assert [p["targetPort"] for p in webhook["ports"]] == [8443]
+    for name, service in services.items():
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] not in (9100, "metrics"), name
 
 
 def test_serving_pods_are_scraped_where_the_policies_let_prometheus_in(docs):
@@ -492,18 +508,30 @@ def test_serving_pods_are_scraped_where_the_policies_let_prometheus_in(docs):
             assert "prometheus.io/scrape" not in annotations, name
             continue
         assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
-        assert int(annotations["prometheus.io/port"]) in REACHABLE[name], name
-        scheme = annotations.get("prometheus.io/scheme", "http")
-        assert scheme == ("https" if name == "karpweb-webhook" else "http"), name
+        port = int(annotations["prometheus.io/port"])
+        assert port in REACHABLE[name], name
+        assert annotations.get("prometheus.io/scheme", "http") == "http", name
+        if name == "karpweb-web":
+            assert port == 8000  # its own /metrics, with the token
+            continue
+        # The webhook's gunicorn master and the worker's main process serve the metrics port
+        # they are given, on the port that the policy opens to Prometheus' namespace only.
+        container = main_container(deployment)
+        env = {v["name"]: v.get("value") for v in container["env"]}
+        assert env["KARPWEB_METRICS_PORT"] == str(port), name
+        assert {"name": "metrics", "containerPort": port} in container["ports"], name
+        assert REACHABLE[name][port] == PROMETHEUS, name
 
 
-def test_web_and_webhook_pods_allow_their_own_address_for_the_scrape(docs):
-    """/metrics passes the Host check; Prometheus sends the pod's IP, which POD_IP adds."""
+def test_web_pods_allow_their_own_address_for_the_scrape(docs):
+    """/metrics passes the Host check; Prometheus sends the pod's IP, which POD_IP adds. The
+    webhook's Django port serves Prometheus nothing, so its Host check keeps to the Service's name."""
     config = only(docs, "ConfigMap")["data"]
     assert config["KARPWEB_PRODUCTION"] == "true"
-    for name in ("karpweb-web", "karpweb-webhook"):
-        env = main_container(deployments(docs)[name])["env"]
-        assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in env, name
+    env = main_container(deployments(docs)["karpweb-web"])["env"]
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in env
+    webhook = main_container(deployments(docs)["karpweb-webhook"])["env"]
+    assert "POD_IP" not in {v["name"] for v in webhook}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Metrics across the processes of a pod: gunicorn's workers and a Celery worker's pool count
-in shared files, so every scrape sees the sum, whichever process answers it."""
+in shared files, so every scrape sees the sum, whichever process answers it (a web worker, the
+webhook role's gunicorn master, a Celery worker's main process)."""
 
 from __future__ import annotations
 
@@ -49,10 +50,11 @@ def test_every_scrape_of_gunicorn_sums_all_its_workers(tmp_path):
     for name in ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR"):
         env.pop(name, None)  # a fresh SQLite file; one replica, no lease to share
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
-    port = free_port()
-    # The webhook role, which counts reviews; plain HTTP, so no certificates are needed.
+    port, metrics_port = free_port(), free_port()
+    # The webhook role, which counts reviews; plain HTTP, so no certificates are needed. Its
+    # master serves what the workers counted on a port of its own.
     env.update(KARPWEB_ROLE="webhook", BIND=f"127.0.0.1:{port}", WEBHOOK_CONCURRENCY="3", WEBHOOK_THREADS="1")
-    env["WEBHOOK_TLS"] = "false"
+    env.update(WEBHOOK_TLS="false", KARPWEB_METRICS_PORT=str(metrics_port), KARPWEB_METRICS_ADDR="127.0.0.1")
     argv = [
         sys.executable,
         "-m",
@@ -69,7 +71,7 @@ def test_every_scrape_of_gunicorn_sums_all_its_workers(tmp_path):
         [directory] = set(_metrics_dirs()) - before  # made by this server for its workers
         for _ in range(12):  # spread over the three sync workers by the kernel
             requests.post(f"http://127.0.0.1:{port}/webhook/validate", data="not json", timeout=10)
-        url = f"http://127.0.0.1:{port}/metrics"
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
         counts = {samples(url)["karpweb_webhook_request_duration_seconds_count['', '', 'error']"] for _ in range(9)}
         assert counts == {12.0}
     finally:

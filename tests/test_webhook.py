@@ -359,3 +359,55 @@ def test_a_nodeoverlay_sent_as_another_version_is_refused(client):
     result = answer(post(client, review(SAVINGS_PLAN, kind=kind)))
     assert result["allowed"] is False and result["status"]["code"] == 400
     assert "NodeOverlay (karpenter.sh/v1alpha1)" in result["status"]["message"]
+
+
+@pytest.mark.slow
+def test_the_webhook_roles_metrics_are_on_the_metrics_port_only(tmp_path, seed_ec2nodeclass):
+    """gunicorn -c deploy/gunicorn.conf.py as the webhook pods run it (plain HTTP here): the port
+    the API server calls has no /metrics; the master serves its workers' on KARPWEB_METRICS_PORT."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port, metrics_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR")}
+    env.update(KARPWEB_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="karpweb.settings")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+    env.update(
+        KARPWEB_ROLE="webhook",
+        WEBHOOK_TLS="false",
+        BIND=f"127.0.0.1:{port}",
+        KARPWEB_METRICS_PORT=str(metrics_port),
+        KARPWEB_METRICS_ADDR="127.0.0.1",
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "-c",
+        str(ROOT / "deploy" / "gunicorn.conf.py"),
+        "karpweb.wsgi:application",
+    ]
+    log = tmp_path / "gunicorn.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, timeout=30, proc=proc)
+        wait_for_port(metrics_port, timeout=10, proc=proc)
+        base = f"http://127.0.0.1:{port}"
+        request = review(seed_ec2nodeclass)
+        reply = requests.post(f"{base}/webhook/validate", json=request, timeout=10)
+        assert reply.json()["response"] == {"uid": request["request"]["uid"], "allowed": True}
+        assert requests.get(f"{base}/healthz", timeout=10).json() == {"status": "ok"}
+        assert requests.get(f"{base}/metrics", timeout=10).status_code == 404
+
+        scrape = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
+        assert scrape.status_code == 200, log.read_text()[-3000:]
+        counts = {
+            (s.labels["kind"], s.labels["operation"], s.labels["result"]): s.value
+            for family in text_string_to_metric_families(scrape.text)
+            for s in family.samples
+            if s.name == "karpweb_webhook_request_duration_seconds_count"
+        }
+        assert counts == {("EC2NodeClass", "CREATE", "allowed"): 1.0}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -8,10 +8,11 @@ kinds of metric are kept apart:
 
 * **What happens in a process** (a provisioning run's duration and size, a batch window, a
   cloud call, an admission review) is counted where it happens (``metrics.py``) and served by
-  that pod: a Celery worker serves its own on ``KARPWEB_METRICS_PORT`` (``worker.py``), gunicorn
-  serves its workers' on ``/metrics``. Several processes of one pod share their counters
-  through files in ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode; the
-  directory is per pod, never shared between pods), so a scrape of the pod sees all of them.
+  that pod: a Celery worker serves its own on ``KARPWEB_METRICS_PORT`` (``worker.py``), and so
+  does the webhook role's gunicorn master for its workers (``port.py``, the same code); the web
+  role's gunicorn serves its workers' on ``/metrics``. Several processes of one pod share their
+  counters through files in ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode;
+  the directory is per pod, never shared between pods), so a scrape of the pod sees all of them.
   Prometheus scrapes every pod and sums.
 
 * **The state of the cluster** (pods by phase, nodes and what is requested of them,

@@ -1,6 +1,8 @@
-"""``GET /metrics``: this server's own metrics, and the cluster's state from one web replica.
+"""``GET /metrics`` of the web role: this server's own metrics, and the cluster's state from one
+web replica. (The webhook role serves no /metrics on the port the API server calls: its gunicorn
+master serves its workers' metrics on ``KARPWEB_METRICS_PORT``, ``port.py``.)
 
-A URL like any other of the web and webhook roles, so it passes the Host check first:
+A URL like any other of the web role, so it passes the Host check first:
 Prometheus scrapes a pod by its IP address, which the manifests add to ALLOWED_HOSTS (POD_IP).
 With ``KARPWEB_METRICS_TOKEN`` set it wants ``Authorization: Bearer <token>`` (Prometheus'
 ``authorization`` or ``bearer_token_file``); without one it is open on a checkout and answers
@@ -84,12 +86,11 @@ def _registry() -> CollectorRegistry:
         multiprocess.MultiProcessCollector(registry)  # every worker of this server, from its files
     else:
         registry.register(_ThisProcess(REGISTRY))  # one process: its own registry holds it all
-    if settings.KARPWEB_ROLE == "web":
-        exporting = holds_lease()
-        registry.register(_Exporter(exporting))
-        if exporting:
-            registry.register(ClusterState())
-            registry.register(BrokerQueues())
+    exporting = holds_lease()
+    registry.register(_Exporter(exporting))
+    if exporting:
+        registry.register(ClusterState())
+        registry.register(BrokerQueues())
     return registry
 
 

@@ -151,6 +151,7 @@ SIGNED_IN = "signed in"  # any signed-in user, with a role or without
 METRICS = "Prometheus"  # Authorization: Bearer KARPWEB_METRICS_TOKEN (open on a checkout)
 # Whoever reaches the webhook role's port: the NetworkPolicy and the webhook's own Service bring
 # the API server there, over TLS with the caBundle it was given; the request itself proves nothing.
+# (The role's metrics are on another port, outside Django: KARPWEB_METRICS_PORT, not a route here.)
 API_SERVER = "the API server"
 
 # How a caller proves who it is on a route; it decides what a refusal looks like.
@@ -263,7 +264,6 @@ WEBHOOK_ROUTES: tuple[Route, ...] = (
     Route("webhook/validate", {"POST": API_SERVER}, TLS, "AdmissionReview in, AdmissionReview out"),
     Route("healthz", _methods((READ, ANYONE)), NONE, "liveness"),
     Route("readyz", _methods((READ, ANYONE)), NONE, "readiness"),
-    Route("metrics", _methods((READ, METRICS)), BEARER, "Prometheus metrics"),
 )
 
 # Served by WhiteNoise before any URLconf is asked.
