@@ -226,6 +226,8 @@ class NodeClaim(MovesByState, models.Model):
     zone = models.CharField(max_length=64, blank=True)
     capacity_type = models.CharField(max_length=16, blank=True, db_index=True)
     price_per_hour = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    # The price before NodeOverlay discounts (None: the same as price_per_hour, what is paid).
+    list_price_per_hour = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     node_name = models.CharField(max_length=253, blank=True)
     launch_attempts = models.PositiveIntegerField(default=0)
     # The token of the batch launched with one fleet with it (the fleet's ClientToken), while
