@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from builders import nodeclaim
 from django.db import connection
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.test.utils import CaptureQueriesContext
 from uipages import add_node, add_pod
 
@@ -322,3 +323,22 @@ def test_the_beat_records_a_sample_every_minute_one_at_a_time(cluster, clean_red
     assert {r: sum(seconds for _, seconds in rows) for r, rows in buckets().items()} == {
         r.seconds: pytest.approx(60.0) for r in allocation.RESOLUTIONS
     }
+
+
+def test_the_demo_runs_in_three_namespaces_labelled_by_team_but_one(db):
+    from provisioning.cluster import simulated
+    from provisioning.services import demo
+
+    # A database of when the whole demo ran in "demo" still holds cache pods there.
+    simulated.scale("demo", "Deployment", "cache", {"metadata": {"labels": {"app": "cache"}}}, 2)
+    replicas = demo.step(30.0)
+    assert min(replicas.values()) > 0
+    team = KeyTextTransform("team", KeyTransform("labels", KeyTransform("metadata", "manifest")))
+    rows = ClusterPod.objects.values_list("namespace", "owner", team).distinct()
+    assert set(rows) == {
+        ("demo", "Deployment/web", "storefront"),
+        ("demo", "Deployment/api", "payments"),
+        ("platform", "Deployment/cache", "platform"),
+        ("analytics", "Deployment/batch", None),
+    }
+    assert ClusterPod.objects.filter(owner="Deployment/cache").count() == replicas["cache"]
