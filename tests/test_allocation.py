@@ -15,7 +15,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.test.utils import CaptureQueriesContext
 from uipages import add_node, add_pod
 
-from provisioning.models import Allocation, AllocationBucket, ClusterPod
+from provisioning.models import Allocation, AllocationBucket, ClusterPod, NodeClaim
 from provisioning.services import allocation, spend
 from provisioning.services.allocation import NodeCost, PodRequest
 from provisioning.services.spend import SpendError
@@ -222,14 +222,53 @@ def test_minutes_without_a_sample_are_empty_and_the_series_reads_with_one_query(
     assert series.values["shop"] == pytest.approx((0.60, 0.60, 0, 0, 0, 0, 0, 0, 0, 0.20, 0.20))
 
 
+@pytest.mark.parametrize("step", [MINUTE, timedelta(minutes=15)])
+def test_buckets_read_as_recorded_agree_with_the_sweep(sampled, monkeypatch, step):
+    now = at(10, 20)
+    as_recorded = spend.series(at(-15), now, step, "label:team", now=now)
+    monkeypatch.setattr(allocation, "_aligned", lambda *args: False)
+    swept = spend.series(at(-15), now, step, "label:team", now=now)
+    assert as_recorded.groups == swept.groups and as_recorded.groups
+    for group in swept.groups:
+        assert as_recorded.values[group] == pytest.approx(swept.values[group], abs=1e-9)
+    assert as_recorded.idle == pytest.approx(swept.idle, abs=1e-9)
+
+
 def test_allocated_and_idle_add_up_to_what_the_claims_cost(cluster):
     for minute in range(11):
+        if minute == 4:  # one more node, launched in the minute before
+            add_node("n4", price="0.36", cpu="2", memory="8Gi", launched_at=at(3, 20))
+            add_pod("solo-1", "solo", node="n4", cpu="1", memory="1Gi")
+        if minute == 7:  # n2 gone in the minute before, its pod with it
+            NodeClaim.objects.filter(name="n2-claim").update(deleted_at=at(6, 40))
+            ClusterPod.objects.filter(name="batch-1").delete()
         allocation.record(at(minute))
     allocated = spend.series(at(0), at(10), MINUTE, "namespace", now=at(10))
     claims = spend.series(at(0), at(10), MINUTE, "nodepool", now=at(10))
     for i in range(allocated.buckets):
         total = sum(v[i] for v in allocated.values.values()) + allocated.idle[i]
         assert total == pytest.approx(sum(v[i] for v in claims.values.values()))
+    assert allocated.cost() + allocated.idle_cost == pytest.approx(claims.cost())
+
+
+def test_a_claim_launched_or_gone_since_the_last_sample_counts_for_the_seconds_it_ran(cluster):
+    allocation.record(at(0))
+    # n4 ($0.36; 2 cpu, 8 GiB) launched 20 s before the next sample; solo-1 asks half of it.
+    add_node("n4", price="0.36", cpu="2", memory="8Gi", launched_at=at(0, 40))
+    add_pod("solo-1", "solo", node="n4", cpu="1", memory="1Gi")
+    # n2 went 15 s after the last sample, and batch-1 with it.
+    NodeClaim.objects.filter(name="n2-claim").update(deleted_at=at(0, 15), state=NodeClaim.State.TERMINATED)
+    ClusterPod.objects.filter(name="batch-1").delete()
+    sample = allocation.record(at(1))
+    assert sample.nodes == 3 and ("namespace", "jobs") not in sample.rates
+    assert cost(60, at(0), "namespace", "solo") == pytest.approx(0.18 * 20 / 3600)
+    assert cost(60, at(0), "namespace", "shop") == pytest.approx(0.60 * 60 / 3600)
+    assert not Allocation.objects.filter(bucket__start=at(0), bucket__resolution=60, name="jobs").exists()
+    # idle: n1's quarter and n3 the whole minute, n2 its last 15 s, n4's other half its 20 s
+    idle = (0.20 * 60 + 0.20 * 60 + 0.40 * 15 + 0.18 * 20) / 3600
+    assert cost(60, at(0), "idle", "idle") == pytest.approx(idle)
+    claims = spend.series(at(0), at(1), MINUTE, "nodepool", now=at(1))
+    allocated = spend.series(at(0), at(1), MINUTE, "namespace", now=at(1))
     assert allocated.cost() + allocated.idle_cost == pytest.approx(claims.cost())
 
 

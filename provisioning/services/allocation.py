@@ -11,14 +11,17 @@ registered node (launching, registering) is idle whole; pods that finished hold 
 
 **Why samples.** Pods come and go without a row that remembers where they ran and when, so
 the beat calls :func:`record` every ``KARPWEB_SPEND_SAMPLE_SECONDS`` (60 s): it splits the
-cost of the claims running then and adds it, for the time since the previous sample (at
-most two periods, so a stopped worker leaves a gap rather than a guess), to the buckets of
-every resolution the spend page charts with (1 minute, 15 minutes, 2 hours, 6 hours; one
-per range). A bucket keeps the seconds it was sampled and each group's dollars; a group's
-average $/hour in it is its dollars over those seconds. A page reads one row per bucket and
-group of its range at its own resolution (the 30 days are 120 buckets), whatever the number
-of pods, nodes or samples; the REST API reads the coarsest resolution that is no longer
-than the step it asks for and still reaches back far enough.
+cost of the claims over the pods on their nodes then and adds it, for the time since the
+previous sample (at most two periods, so a stopped worker leaves a gap rather than a
+guess), to the buckets of every resolution the spend page charts with (1 minute, 15 minutes,
+2 hours, 6 hours; one per range). A claim launched or gone in that time counts for its own
+seconds of it (a gone one as idle: its pods are elsewhere by then), so what is recorded adds
+up to what the claims cost, as the spend series counts it. A bucket keeps the seconds it
+was sampled and each group's dollars; a group's average $/hour in it is its dollars over
+those seconds. A page reads one row per bucket and group of its range at its own resolution
+(the 30 days are 120 buckets), whatever the number of pods, nodes or samples; the REST API
+reads the coarsest resolution that is no longer than the step it asks for and still
+reaches back far enough.
 
 **Why the label keys are configured** (``KARPWEB_SPEND_LABELS``, default ``team``) instead
 of every label of every pod recorded: a record per pod would be 10,000 rows a minute on a
@@ -43,7 +46,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.db.models import FloatField, Q
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from provisioning.crd.labels import qualified_name_errors
@@ -111,13 +114,16 @@ def check_by(by: str) -> str:
 
 
 class NodeCost(NamedTuple):
-    """A running claim: its node (empty before it registered), its effective $/hour and its
-    node's allocatable cpu (millicores) and memory (bytes), zero while unknown."""
+    """A claim: its node (empty before it registered, and once it is gone), its effective
+    $/hour, its node's allocatable cpu (millicores) and memory (bytes), zero while unknown,
+    and when it cost (epoch seconds; ``end`` None while it runs)."""
 
     node: str
     per_hour: float
     cpu_millis: int
     memory_bytes: int
+    start: float = 0.0
+    end: float | None = None
 
 
 class PodRequest(NamedTuple):
@@ -155,25 +161,33 @@ def allocate(
 ) -> dict[tuple[str, str], float]:
     """$/hour of each ``(by, name)``: every namespace, every value of each key in ``keys``
     (``label:KEY``), and ``(idle, idle)``. Groups that cost nothing are left out."""
+    on_node = by_node(pods)
+    rates: dict[tuple[str, str], float] = defaultdict(float)
+    for node in nodes:
+        _add_node(rates, node, on_node.get(node.node, []) if node.node else [], keys)
+    return dict(rates)
+
+
+def by_node(pods: Iterable[PodRequest]) -> dict[str, list[PodRequest]]:
     on_node: dict[str, list[PodRequest]] = defaultdict(list)
     for pod in pods:
         on_node[pod.node].append(pod)
-    rates: dict[tuple[str, str], float] = defaultdict(float)
-    for node in nodes:
-        residents = on_node.get(node.node, []) if node.node else []
-        fractions, idle = shares(
-            node.cpu_millis, node.memory_bytes, [(p.cpu_millis, p.memory_bytes) for p in residents]
-        )
-        if idle > 0:
-            rates[(IDLE, IDLE)] += node.per_hour * idle
-        for pod, fraction in zip(residents, fractions, strict=True):
-            cost = node.per_hour * fraction
-            if cost <= 0:
-                continue
-            rates[(BY_NAMESPACE, pod.namespace)] += cost
-            for key, value in zip(keys, pod.labels, strict=True):
-                rates[(LABEL + key, value or unlabelled(key))] += cost
-    return dict(rates)
+    return on_node
+
+
+def _add_node(
+    rates: dict[tuple[str, str], float], node: NodeCost, residents: Sequence[PodRequest], keys: Sequence[str]
+) -> None:
+    fractions, idle = shares(node.cpu_millis, node.memory_bytes, [(p.cpu_millis, p.memory_bytes) for p in residents])
+    if idle > 0:
+        rates[(IDLE, IDLE)] += node.per_hour * idle
+    for pod, fraction in zip(residents, fractions, strict=True):
+        cost = node.per_hour * fraction
+        if cost <= 0:
+            continue
+        rates[(BY_NAMESPACE, pod.namespace)] += cost
+        for key, value in zip(keys, pod.labels, strict=True):
+            rates[(LABEL + key, value or unlabelled(key))] += cost
 
 
 # ------------------------------------------------------------------ sampling
@@ -195,17 +209,29 @@ class Sample:
         return sum(rate for (by, _), rate in self.rates.items() if by in (IDLE, BY_NAMESPACE))
 
 
-def current(now: datetime, keys: Sequence[str]) -> tuple[list[NodeCost], list[PodRequest]]:
-    """The claims running at ``now`` with their nodes' allocatable, and the pods on those
-    nodes with their requests and labels: three queries, the node manifests and pod labels
-    read only for the fields needed."""
-    running = spend.running_at(now)
-    claims = list(running.values_list("node_name", Cast("price_per_hour", FloatField())))
-    on_nodes = running.exclude(node_name="").values("node_name")
+def current(
+    now: datetime, keys: Sequence[str], since: datetime | None = None
+) -> tuple[list[NodeCost], list[PodRequest]]:
+    """The claims that cost something between ``since`` (default: ``now``) and ``now``, with
+    their nodes' allocatable, and the pods on the nodes running at ``now`` with their
+    requests and labels: three queries, the node manifests and pod labels read only for the
+    fields needed. A claim gone by ``now`` has no node: its pods are elsewhere or gone."""
+    claims = spend.ran_between(since or now, now).values_list(
+        "node_name",
+        Cast("price_per_hour", FloatField()),
+        spend.EpochSeconds(Coalesce("launched_at", "created_at")),
+        spend.EpochSeconds("deleted_at"),
+    )
+    on_nodes = spend.running_at(now).exclude(node_name="").values("node_name")
     allocatable = dict(
         ClusterNode.objects.filter(name__in=on_nodes).values_list("name", "manifest__status__allocatable")
     )
-    nodes = [NodeCost(name, price, *_cpu_and_memory(allocatable.get(name) if name else None)) for name, price in claims]
+    nodes = []
+    for name, price, start, end in claims:
+        if end is not None and end <= now.timestamp():
+            nodes.append(NodeCost("", price, 0, 0, start, end))
+        else:
+            nodes.append(NodeCost(name, price, *_cpu_and_memory(allocatable.get(name) if name else None), start))
     labels = KeyTransform("labels", KeyTransform("metadata", "manifest"))
     columns = [KeyTextTransform(key, labels) for key in keys]
     rows = (
@@ -231,13 +257,13 @@ def _cpu_and_memory(allocatable: object) -> tuple[int, int]:
 
 
 def record(now: datetime | None = None) -> Sample:
-    """Split the running claims' cost over their pods now and add it to the record, for the
-    time since the previous sample (the sample period the first time, at most two periods).
-    One caller at a time (the task holds a lock): two at once would both add that time."""
+    """Split the claims' cost over the pods on their nodes now and add it to the record for
+    the time since the previous sample (the sample period the first time, at most two
+    periods). A claim counts only for the part of that time it ran: one launched or gone
+    since is charged its seconds, and one gone is idle (its pods are elsewhere by now), so
+    the record adds up to what the claims cost. One caller at a time (the task holds a
+    lock): two at once would both add that time."""
     now = now or timezone.now()
-    keys = label_keys()
-    nodes, pods = current(now, keys)
-    rates = allocate(nodes, pods, keys)
     period = float(settings.KARPWEB_SPEND_SAMPLE_SECONDS)
     last = (
         AllocationBucket.objects.filter(resolution=RESOLUTIONS[0].seconds)
@@ -246,20 +272,47 @@ def record(now: datetime | None = None) -> Sample:
         .first()
     )
     seconds = period if last is None else min((now - last).total_seconds(), 2 * period)
-    sample = Sample(now, max(seconds, 0.0), rates, len(nodes), len(pods))
     if seconds <= 0:  # not after the last sample: that time is counted already
-        return sample
-    pieces = [
-        (r.seconds, start, length)
-        for r in RESOLUTIONS
-        for start, length in _pieces(now.timestamp() - seconds, now.timestamp(), r.seconds)
-    ]
+        return Sample(now, 0.0)
+    keys = label_keys()
+    nodes, pods = current(now, keys, since=now - timedelta(seconds=seconds))
+    running = [n for n in nodes if n.end is None]
+    pieces, dollars = _dollars(now.timestamp() - seconds, now.timestamp(), nodes, pods, keys)
     with transaction.atomic():
         buckets = _add_seconds(pieces, now)
-        _add_costs(buckets, pieces, rates)
+        _add_costs(buckets, dollars)
         for r in RESOLUTIONS:
             AllocationBucket.objects.filter(resolution=r.seconds, start__lt=now - r.keep).delete()
-    return sample
+    return Sample(now, seconds, allocate(running, pods, keys), len(running), len(pods))
+
+
+def _dollars(
+    begin: float, end: float, nodes: Sequence[NodeCost], pods: Sequence[PodRequest], keys: Sequence[str]
+) -> tuple[list[tuple[int, float, float]], dict[tuple[int, float], dict[tuple[str, str], float]]]:
+    """The pieces ``(resolution, bucket start, seconds)`` of the time from ``begin`` to
+    ``end`` and the dollars of each group in each: claims that ran all that time add their
+    split's rate times the piece's length; the others, each over its own overlap with it."""
+    on_node = by_node(pods)
+    whole = allocate([n for n in nodes if n.end is None and n.start <= begin], pods, keys)
+    partial = []
+    for node in nodes:
+        if node.end is not None or node.start > begin:
+            rates: dict[tuple[str, str], float] = defaultdict(float)
+            _add_node(rates, node, on_node.get(node.node, []) if node.node else [], keys)
+            partial.append((node.start, end if node.end is None else node.end, rates))
+    pieces, dollars = [], {}
+    for r in RESOLUTIONS:
+        for start, length in _pieces(begin, end, r.seconds):
+            pieces.append((r.seconds, start, length))
+            added = dollars[(r.seconds, start)] = {group: rate * length / 3600 for group, rate in whole.items()}
+            first, last = max(start, begin), min(start + r.seconds, end)
+            for ran_from, ran_until, node_rates in partial:
+                overlap = min(last, ran_until) - max(first, ran_from)
+                if overlap <= 0:
+                    continue
+                for group, rate in node_rates.items():
+                    added[group] = added.get(group, 0.0) + rate * overlap / 3600
+    return pieces, dollars
 
 
 def _pieces(begin: float, end: float, length: int) -> list[tuple[float, float]]:
@@ -297,24 +350,21 @@ def _add_seconds(pieces: list[tuple[int, float, float]], now: datetime) -> dict[
 
 
 def _add_costs(
-    buckets: dict[tuple[int, float], AllocationBucket],
-    pieces: list[tuple[int, float, float]],
-    rates: dict[tuple[str, str], float],
+    buckets: dict[tuple[int, float], AllocationBucket], dollars: dict[tuple[int, float], dict[tuple[str, str], float]]
 ) -> None:
     found = {
         (row.bucket_id, row.by, row.name): row
         for row in Allocation.objects.filter(bucket__in=[b.pk for b in buckets.values()])
     }
     new: list[Allocation] = []
-    for resolution, start, length in pieces:
-        bucket = buckets[(resolution, start)]
-        for (by, name), rate in rates.items():
-            dollars = rate * length / 3600
+    for key, groups in dollars.items():
+        bucket = buckets[key]
+        for (by, name), cost in groups.items():
             row = found.get((bucket.pk, by, name))
             if row is None:
                 row = found[(bucket.pk, by, name)] = Allocation(bucket=bucket, by=by, name=name, cost=0.0)
                 new.append(row)
-            row.cost += dollars
+            row.cost += cost
     Allocation.objects.bulk_update([row for row in found.values() if row.pk], ["cost"], batch_size=500)
     Allocation.objects.bulk_create(new, batch_size=500)
 
@@ -363,11 +413,31 @@ def series(start: datetime, end: datetime, step: timedelta, by: str, *, now: dat
         for begin, seconds, row_by, name, cost in cursor.fetchall():
             share = Share(begin, begin + length, name, cost * 3600 / seconds if seconds else 0.0)
             (idle if row_by == IDLE else groups).append(share)
-    values = spend.sweep(groups, edges, now, by, _name, _per_hour).values
-    idle_values = spend.sweep(idle, edges, now, IDLE, _name, _per_hour).values.get(IDLE)
     if not groups and not idle:
         return spend.Series(by=by, edges=edges, values={}, idle=None)  # nothing recorded in the range
+    if _aligned(step, edges, length):
+        values, idle_values = _as_recorded(groups, edges, length), _as_recorded(idle, edges, length).get(IDLE)
+    else:
+        values = spend.sweep(groups, edges, now, by, _name, _per_hour).values
+        idle_values = spend.sweep(idle, edges, now, IDLE, _name, _per_hour).values.get(IDLE)
     return spend.Series(by=by, edges=edges, values=values, idle=idle_values or (0.0,) * (len(edges) - 1))
+
+
+def _aligned(step: timedelta, edges: tuple[datetime, ...], length: int) -> bool:
+    """Whether the series' buckets are the recorded ones (the page's ranges always are)."""
+    return step.total_seconds() == length and edges[0].timestamp() % length == 0
+
+
+def _as_recorded(shares: list[Share], edges: tuple[datetime, ...], length: int) -> dict[str, tuple[float, ...]]:
+    """The series of shares whose buckets are the series' own (a bucket of ``length`` from
+    each edge, the last one cut short by the range's end): each value where it falls."""
+    first, count = edges[0].timestamp(), len(edges) - 1
+    values: dict[str, list[float]] = {}
+    for share in shares:
+        index = round((share.start - first) / length)
+        if 0 <= index < count and share.per_hour:
+            values.setdefault(share.name, [0.0] * count)[index] = round(share.per_hour, 9) + 0.0
+    return {name: tuple(values[name]) for name in sorted(values)}
 
 
 class Row(NamedTuple):

@@ -380,6 +380,11 @@ def running_at(moment: datetime) -> QuerySet[NodeClaim]:
     return _overlapping(moment, moment)
 
 
+def ran_between(start: datetime, end: datetime) -> QuerySet[NodeClaim]:
+    """Claims that cost something at some time between ``start`` and ``end``."""
+    return _overlapping(start, end)
+
+
 def claim_spans(start: datetime, end: datetime) -> list[Span]:
     """The cost spans of the claims that ran at some time between ``start`` and ``end``."""
     rows = _overlapping(start, end).values_list(
