@@ -101,6 +101,7 @@ def stacked_area(
     parts += _x_axis(edges, x, plot_bottom)
 
     below = [0.0] * count
+    periods = [_period(edges[i], edges[i + 1]) for i in range(count)]  # the same for every group
     for group in groups:
         colour = colour_of[group]
         above = [below[i] + values[group][i] for i in range(count)]
@@ -112,7 +113,7 @@ def stacked_area(
             f'<path class="area" d="{path}" fill="{colour}" fill-opacity="0.75"><title>{escape(group)}</title></path>'
         )
         for i in range(count):
-            tip = f"{group}: {_money(values[group][i])}{unit}, {_period(edges[i], edges[i + 1])}"
+            tip = f"{group}: {_money(values[group][i])}{unit}, {periods[i]}"
             parts.append(
                 f'<circle class="point" cx="{(xs[i] + xs[i + 1]) / 2:.1f}" cy="{y(above[i]):.1f}" r="3" '
                 f'fill="{colour}"><title>{escape(tip)}</title></circle>'
