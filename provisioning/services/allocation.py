@@ -281,8 +281,10 @@ def record(now: datetime | None = None) -> Sample:
     with transaction.atomic():
         buckets = _add_seconds(pieces, now)
         _add_costs(buckets, dollars)
+        expired = Q()
         for r in RESOLUTIONS:
-            AllocationBucket.objects.filter(resolution=r.seconds, start__lt=now - r.keep).delete()
+            expired |= Q(resolution=r.seconds, start__lt=now - r.keep)
+        AllocationBucket.objects.filter(expired).delete()
     return Sample(now, seconds, allocate(running, pods, keys), len(running), len(pods))
 
 
