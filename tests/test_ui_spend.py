@@ -208,7 +208,8 @@ def test_the_page_shows_allocation_by_namespace_with_idle_apart(viewer, allocate
     assert shares == {"shop": f"{60 / 1.2:.1f}%", "jobs": f"{30 / 1.2:.1f}%", "idle: requested by no pod": "25.0%"}
     series = response.context["report"].allocation
     assert series.values["shop"][-1] == pytest.approx(0.60) and series.idle[-1] == pytest.approx(0.30)
-    assert rows[3][1] == f"{series.cost() + series.idle_cost:,.2f}"
+    assert rows[3][1] == f"{series.cost() + series.idle_cost:,.4f}"  # dollars to the hundredth of a cent
+    assert rows[0][1] == f"{series.cost('shop'):,.4f}" and rows[2][1] == f"{series.idle_cost:,.4f}"
     # Each grouping is a link that keeps the range, swapped by htmx.
     assert 'href="/spend/?range=24h&amp;by=namespace" hx-get="/spend/?range=24h&amp;by=namespace"' in html
     assert re.search(r'href="/spend/\?range=24h&amp;by=label%3Ateam"[^>]*>team<', html)
