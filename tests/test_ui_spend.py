@@ -215,6 +215,17 @@ def test_the_page_shows_allocation_by_namespace_with_idle_apart(viewer, allocate
     assert re.search(r'href="/spend/\?range=24h&amp;by=label%3Ateam"[^>]*>team<', html)
 
 
+@pytest.mark.parametrize(("name", "step"), [("1h", 60), ("24h", 900), ("7d", 7200), ("30d", 21600)])
+def test_every_range_reads_the_allocation_at_its_own_step(viewer, allocated, name, step):
+    series = viewer.get(f"/spend/?range={name}").context["report"].allocation
+    assert (series.edges[1] - series.edges[0]).total_seconds() == step
+    sampled = [i for i, v in enumerate(series.values["shop"]) if v]
+    assert sampled and sampled[-1] >= series.buckets - 2  # the last three minutes
+    for i in sampled:  # every sampled bucket holds the rates the samples saw
+        assert series.values["shop"][i] == pytest.approx(0.60) and series.values["jobs"][i] == pytest.approx(0.30)
+        assert series.idle[i] == pytest.approx(0.30)
+
+
 def test_allocation_by_a_label_groups_pods_without_it_and_every_link_keeps_it(viewer, allocated):
     response = viewer.get("/spend/?range=1h&by=label:team")
     html = response.content.decode()
