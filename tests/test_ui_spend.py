@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from uipages import add_node, add_pod
 
+from provisioning.models import NodeClaim
 from provisioning.services import allocation
 from provisioning.services.catalog import on_demand_prices
 
@@ -87,6 +88,9 @@ def test_a_viewer_sees_both_breakdowns_the_savings_and_the_month(viewer, running
     assert "<strong>$0.6400</strong>/hour now" in html
     saved = on_demand_prices()["m5.large"] - 0.04
     assert f"spot saves <strong>${saved:.4f}</strong>/hour now" in html
+    # No claim has a list price of its own: list is what was paid, nothing saved, no surcharge.
+    assert report.list_cost == pytest.approx(report.cost) and report.discounted == 0.0
+    assert "discounts and reservations saved <strong>$0.00</strong>" in html
     assert f"projected for {report.month.start:%B}" in html
 
 
@@ -295,6 +299,13 @@ def test_list_and_effective_prices_and_what_discounts_and_reservations_saved(vie
     assert svg_groups(html, "spend-discounts") == ["on-demand", "reserved"]
     rows = list(csv.reader(io.StringIO(viewer.get("/spend/?range=1h&format=csv").content.decode())))
     assert {row[3] for row in rows if row[2] == "discounts"} == {"on-demand", "reserved"}
+    # Without the discounts, the surcharge of 0.10 an hour is all there is.
+    NodeClaim.objects.filter(node_name__in=["discounted", "reserved"]).update(list_price_per_hour=None)
+    response = viewer.get("/spend/?range=1h")
+    report = response.context["report"]
+    hours = (report.end - report.start).total_seconds() / 3600
+    assert report.discounted == pytest.approx(-0.10 * hours, abs=1e-6) and report.surcharged == -report.discounted
+    assert f"surcharges cost <strong>${0.10 * hours:.2f}</strong> more" in response.content.decode()
 
 
 def test_spot_savings_count_against_the_list_price_not_the_discount_twice(viewer):

@@ -211,13 +211,14 @@ class Report:
 
     @property
     def discounted(self) -> float:
-        """What paying less than list saved over the range (negative: surcharges cost more)."""
-        return self.list_cost - self.cost
+        """What paying less than list saved over the range (negative: surcharges cost more).
+        To the millionth of a dollar: the two sums part in their last bits when they agree."""
+        return round(self.list_cost - self.cost, 6) + 0.0
 
     @property
     def surcharged(self) -> float:
         """What paying more than list cost over the range (a NodeOverlay surcharge)."""
-        return max(0.0, self.cost - self.list_cost)
+        return max(0.0, -self.discounted)
 
 
 # ------------------------------------------------------------------ the REST API's series
