@@ -371,6 +371,24 @@ except (ValueError, _yaml.YAMLError) as exc:
     raise ImproperlyConfigured(f"SCHEDULER_CONFIG: {exc}") from None
 # The demo workload (Deployments that scale over time) on the simulated cluster.
 KARPWEB_DEMO_WORKLOAD = env_bool("KARPWEB_DEMO_WORKLOAD", False)
+# Spend per team: how often the nodes' cost is split over their pods and recorded, and the pod
+# label keys it is recorded by besides the namespace (services/allocation.py says why they are
+# chosen here rather than every label recorded).
+KARPWEB_SPEND_SAMPLE_SECONDS = env_float("KARPWEB_SPEND_SAMPLE_SECONDS", 60.0)
+if not 10 <= KARPWEB_SPEND_SAMPLE_SECONDS <= 3600:
+    raise ImproperlyConfigured(
+        f"KARPWEB_SPEND_SAMPLE_SECONDS={KARPWEB_SPEND_SAMPLE_SECONDS!r}: expected 10 to 3600 seconds"
+    )
+KARPWEB_SPEND_LABELS = env_list("KARPWEB_SPEND_LABELS", ["team"])
+from provisioning.crd.labels import qualified_name_errors as _label_key_errors  # noqa: E402
+
+for _key in KARPWEB_SPEND_LABELS:
+    if _label_key_errors(_key):
+        raise ImproperlyConfigured(
+            f"KARPWEB_SPEND_LABELS: {_key!r} is not a label key: {'; '.join(_label_key_errors(_key))}"
+        )
+if len(set(KARPWEB_SPEND_LABELS)) != len(KARPWEB_SPEND_LABELS) or len(KARPWEB_SPEND_LABELS) > 10:
+    raise ImproperlyConfigured("KARPWEB_SPEND_LABELS: at most 10 label keys, each once (team,app)")
 
 CELERY_BROKER_URL = REDIS_SENTINELS.broker_url() if REDIS_SENTINELS else REDIS_URL or "redis://127.0.0.1:6379/0"
 if REDIS_SENTINELS:
@@ -451,6 +469,7 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-pending": {"task": "provisioning.tasks.sweep_pending", "schedule": 5.0},
     "nodeclaim-lifecycle": {"task": "provisioning.tasks.nodeclaim_lifecycle", "schedule": 30.0},
     "disruption": {"task": "provisioning.tasks.disrupt", "schedule": 10.0},
+    "spend-allocation": {"task": "provisioning.tasks.record_allocation", "schedule": KARPWEB_SPEND_SAMPLE_SECONDS},
 }
 if KARPWEB_INSTANCE_STATUS:
     CELERY_BEAT_SCHEDULE["instance-status"] = {"task": "provisioning.tasks.instance_status", "schedule": 60.0}

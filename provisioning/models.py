@@ -557,3 +557,36 @@ class ClusterPDB(models.Model):
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class AllocationBucket(models.Model):
+    """One bucket of the allocation record (``services/allocation.py``) at one of the
+    resolutions the spend page charts with: how many of its seconds were sampled so far."""
+
+    resolution = models.PositiveIntegerField()  # its length in seconds
+    start = models.DateTimeField()
+    seconds = models.FloatField(default=0.0)  # sampled so far: averages divide by this
+    sampled_at = models.DateTimeField()  # the last sample that added to it
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["resolution", "start"], name="allocation_bucket_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.resolution}s from {self.start:%Y-%m-%d %H:%M}"
+
+
+class Allocation(models.Model):
+    """The dollars of node cost one group was allocated in one bucket: a namespace
+    (``by="namespace"``), a value of a pod label (``by="label:team"``), or the capacity no pod
+    requested (``by="idle"``)."""
+
+    bucket = models.ForeignKey(AllocationBucket, on_delete=models.CASCADE, related_name="allocations")
+    by = models.CharField(max_length=330)
+    name = models.CharField(max_length=330)
+    cost = models.FloatField(default=0.0)  # dollars over the bucket's sampled seconds
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["bucket", "by", "name"], name="allocation_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.by} {self.name}: ${self.cost:.4f}"

@@ -16,6 +16,7 @@ from provisioning.services import dispatch
 log = logging.getLogger(__name__)
 
 DISRUPTION_LOCK = "karpweb:disruption:lock"
+ALLOCATION_LOCK = "karpweb:spend:allocation:lock"
 
 
 @shared_task(
@@ -277,6 +278,24 @@ def disrupt() -> dict[str, Any]:
     finally:
         lock.release()
     return {"disruption": current.pk if current else None, "state": current.state if current else None}
+
+
+@shared_task(name="provisioning.tasks.record_allocation", ignore_result=True)
+def record_allocation() -> dict[str, Any]:
+    """Split the running nodes' cost over their pods and add it to the allocation record
+    (every KARPWEB_SPEND_SAMPLE_SECONDS): spend per namespace and per team."""
+    from provisioning.services import allocation
+    from provisioning.services.connections import get_redis
+
+    # One sample at a time: two at once would both count the time since the last one.
+    lock = get_redis().lock(ALLOCATION_LOCK, timeout=120, blocking_timeout=0)
+    if not lock.acquire(blocking=False):
+        return {"skipped": "another sample is being recorded"}
+    try:
+        sample = allocation.record()
+    finally:
+        lock.release()
+    return {"nodes": sample.nodes, "pods": sample.pods, "perHour": round(sample.per_hour, 6), "seconds": sample.seconds}
 
 
 @shared_task(name="provisioning.tasks.instance_status", ignore_result=True)

@@ -160,6 +160,9 @@ def test_log_in_watch_a_pending_pod_get_a_node_and_open_its_decision(page, simul
     page.locator("#pending-list .empty").wait_for()
     assert page.locator("#pending-list").get_attribute("hx-trigger") is None
     shot(page, "pending-pods-bound")
+    from provisioning.services import allocation
+
+    assert allocation.record().pods == 1  # the beat's minute sample: the pod on its node
 
     page.click("nav >> text=Nodes")
     claim = NodeClaim.objects.get()
@@ -205,6 +208,15 @@ def test_log_in_watch_a_pending_pod_get_a_node_and_open_its_decision(page, simul
     assert claim.instance_type  # launched, so it costs: the figure is not zero
     assert "$0.0000" not in page.locator("#spend-range .figures").inner_text().split("/hour now")[0]
     shot(page, "spend")
+
+    # The allocation by the team label, from the sample taken while the pod ran.
+    page.click("#spend-allocation nav >> text=team")  # htmx swaps the range in place, keeping it
+    page.wait_for_url("**/spend/?range=1h&by=label%3Ateam")
+    allocated = page.locator("#spend-allocation svg")
+    allocated.wait_for()
+    assert "(no team)" in allocated.inner_html() and "idle (requested by no pod)" in allocated.inner_html()
+    assert "(no team)" in page.locator("#spend-allocation table").inner_text()
+    shot(page, "spend-allocation")
 
 
 def test_edit_a_nodepool_see_the_error_at_its_row_fix_and_save(page, seed_ec2nodeclass):

@@ -546,13 +546,107 @@ def test_spend_series_by_capacity_type(viewer):
         ({"step": "0m"}, "step"),
         ({"step": "fortnight"}, "step"),
         ({"from": "yesterday"}, "from"),
-        ({"by": "zone"}, "query"),
+        ({"by": "zone"}, "by"),
+        ({"step": "1m", "from": "2026-03-15T10:00:00Z", "to": "2026-03-15T09:00:00Z"}, "to"),
     ],
 )
 def test_spend_rejects_bad_queries_naming_the_parameter(viewer, query, field):
     response = viewer.get("/api/v1/spend/", query)
     assert response.status_code == 400
     assert response.json()["details"]["causes"][0]["field"] == field
+
+
+@pytest.fixture
+def recorded():
+    """Ten minutes of allocation samples up to a whole minute, ``now``: n1 ($0.80; 4 cpu,
+    16 GiB) holds shop/web-1 (a quarter, team storefront) and shop/api-1 (half, team
+    payments); n2 ($0.40; 2 cpu, 8 GiB) holds jobs/batch-1 (three quarters, no team)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from provisioning.services import allocation
+
+    now = timezone.now().replace(second=0, microsecond=0)
+    add_node("n1", price="0.80", cpu="4", memory="16Gi", launched_at=now - timedelta(hours=1))
+    add_node("n2", price="0.40", cpu="2", memory="8Gi", launched_at=now - timedelta(hours=1))
+    add_pod("web-1", "shop", node="n1", cpu="1", memory="2Gi", labels={"team": "storefront"})
+    add_pod("api-1", "shop", node="n1", cpu="500m", memory="8Gi", labels={"team": "payments"})
+    add_pod("batch-1", "jobs", node="n2", cpu="1500m", memory="1Gi")
+    for minutes in range(9, -1, -1):
+        allocation.record(now - timedelta(minutes=minutes))
+    return now
+
+
+def spend_query(now, **query):
+    from datetime import timedelta
+
+    return {"from": (now - timedelta(minutes=10)).isoformat(), "to": now.isoformat(), "step": "5m", **query}
+
+
+def test_spend_allocated_by_namespace_has_idle_capacity_apart(viewer, recorded):
+    response = viewer.get("/api/v1/spend/", spend_query(recorded, by="namespace"))
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert (body["by"], body["groups"], body["recorded"], body["stepSeconds"]) == (
+        "namespace",
+        ["jobs", "shop"],
+        True,
+        300,
+    )
+    assert len(body["buckets"]) == 2
+    for bucket in body["buckets"]:
+        # shop: 0.80 × (1/4 + 1/2); jobs: 0.40 × 3/4; idle: 0.80 × 1/4 + 0.40 × 1/4
+        assert bucket["pricePerHour"] == {"jobs": 0.3, "shop": 0.6} and bucket["idlePerHour"] == 0.3
+    assert body["cost"] == pytest.approx(0.9 / 6) and body["idleCost"] == pytest.approx(0.3 / 6)
+
+
+def test_spend_allocated_by_a_pod_label(viewer, recorded):
+    body = viewer.get("/api/v1/spend/", spend_query(recorded, by="label:team")).json()
+    assert body["groups"] == ["(no team)", "payments", "storefront"]
+    assert body["buckets"][0]["pricePerHour"] == {"(no team)": 0.3, "payments": 0.4, "storefront": 0.2}
+
+
+def test_spend_by_nodepool_says_nothing_of_idle_capacity(viewer, recorded):
+    body = viewer.get("/api/v1/spend/", spend_query(recorded)).json()
+    assert body["by"] == "nodepool" and "idleCost" not in body and "idlePerHour" not in body["buckets"][0]
+    assert body["buckets"][0]["pricePerHour"] == {"general": 1.2}  # what the allocation splits
+
+
+def test_spend_allocated_before_anything_was_recorded(viewer):
+    body = viewer.get("/api/v1/spend/", {"by": "namespace"}).json()
+    assert body["recorded"] is False and body["groups"] == [] and body["idleCost"] == 0
+    assert {bucket["idlePerHour"] for bucket in body["buckets"]} == {0.0}
+
+
+@pytest.mark.parametrize(
+    ("by", "message"),
+    [
+        ("label:", "by: label: needs a pod label key, such as label:team (recorded: team)"),
+        ("label:owner", "by: the pod label owner is not recorded; recorded: team (the setting KARPWEB_SPEND_LABELS)"),
+        ("label:-x-", "by: '-x-' is not a label key: name part must consist of alphanumeric characters"),
+        ("namespaces", "by: 'namespaces' is not one of nodepool, capacity_type, namespace, label:KEY"),
+    ],
+)
+def test_spend_rejects_a_grouping_saying_what_is_recorded(viewer, by, message):
+    response = viewer.get("/api/v1/spend/", {"by": by})
+    assert response.status_code == 400
+    body = response.json()
+    assert body["details"]["causes"][0]["field"] == "by" and body["message"].startswith(message)
+
+
+def test_the_schema_documents_spend_by_namespace_and_label(viewer):
+    document = yaml.safe_load(viewer.get("/api/schema/").content)
+    operation = document["paths"]["/api/v1/spend/"]["get"]
+    (by,) = [p for p in operation["parameters"] if p["name"] == "by"]
+    assert by["schema"]["pattern"] == "^(nodepool|capacity_type|namespace|label:.+)$"
+    assert "label:KEY" in by["description"] and "KARPWEB_SPEND_LABELS" in by["description"]
+    assert operation["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/SpendSeries"
+    }
+    bucket = document["components"]["schemas"]["SpendBucket"]["properties"]
+    assert {"pricePerHour", "idlePerHour"} <= set(bucket)
+    assert "idleCost" in document["components"]["schemas"]["SpendSeries"]["properties"]
 
 
 READS = [
@@ -570,6 +664,8 @@ READS = [
     "/api/v1/decisions/",
     "/api/v1/disruptions/",
     "/api/v1/spend/",
+    "/api/v1/spend/?by=namespace",
+    "/api/v1/spend/?by=label:team",
     "/api/v1/catalog/instancetypes/?require=karpenter.k8s.aws/instance-family=m5",
 ]
 WRITES = [

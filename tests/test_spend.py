@@ -175,8 +175,8 @@ def test_spot_savings_are_the_on_demand_price_of_the_same_type_less_what_spot_pa
     assert report.savings.cost() == pytest.approx(0.056)
 
 
-def test_the_report_takes_two_queries_the_range_and_the_month(claims, django_assert_num_queries):
-    with django_assert_num_queries(2):
+def test_the_report_takes_three_queries_the_range_the_month_and_the_allocation(claims, django_assert_num_queries):
+    with django_assert_num_queries(3):
         report = spend.report("7d", now=NOW)
     assert report.by_nodepool.groups == ("general", "gpu") and report.ever_ran
 

@@ -9,11 +9,19 @@ from typing import Any
 from provisioning.models import ClusterNode, ClusterPod, Decision, Disruption, NodeClaim
 
 
-def pod_manifest(name: str, namespace: str = "default", cpu: str = "500m", memory: str = "1Gi", **spec: Any):
+def pod_manifest(
+    name: str,
+    namespace: str = "default",
+    cpu: str = "500m",
+    memory: str = "1Gi",
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+):
+    """A pod labelled ``app`` after its name (``web-1``: ``web``) and with ``labels``."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0]}},
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0], **(labels or {})}},
         "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}], **spec},
     }
 
@@ -43,6 +51,8 @@ def add_node(
     memory: str = "14Gi",
     decision: Decision | None = None,
     note: str = "",
+    launched_at=None,
+    list_price: str | None = None,
 ) -> NodeClaim:
     claim = NodeClaim.objects.create(
         name=f"{name}-claim",
@@ -54,8 +64,10 @@ def add_node(
         zone="us-east-1a",
         capacity_type=capacity_type,
         price_per_hour=Decimal(price),
+        list_price_per_hour=None if list_price is None else Decimal(list_price),
         node_name=name,
         decision=decision,
+        launched_at=launched_at,
     )
     ClusterNode.objects.create(
         name=name,

@@ -10,7 +10,8 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -125,18 +126,61 @@ def _step(request: Request) -> timedelta:
     return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
 
 
+_SPEND_BUCKET = inline_serializer(
+    "SpendBucket",
+    {
+        "start": serializers.DateTimeField(),
+        "end": serializers.DateTimeField(),
+        "pricePerHour": serializers.DictField(
+            child=serializers.FloatField(), help_text="group → average $/hour over the bucket"
+        ),
+        "idlePerHour": serializers.FloatField(
+            required=False, help_text="by namespace or label only: $/hour of capacity no pod requested"
+        ),
+    },
+)
+SPEND_SERIES = inline_serializer(
+    "SpendSeries",
+    {
+        "from": serializers.DateTimeField(),
+        "to": serializers.DateTimeField(),
+        "stepSeconds": serializers.IntegerField(),
+        "by": serializers.CharField(),
+        "groups": serializers.ListField(child=serializers.CharField()),
+        "cost": serializers.FloatField(help_text="dollars of the groups over the range (idle apart)"),
+        "idleCost": serializers.FloatField(required=False, help_text="by namespace or label only"),
+        "recorded": serializers.BooleanField(
+            required=False, help_text="by namespace or label only: whether any allocation was recorded in the range"
+        ),
+        "buckets": _SPEND_BUCKET.__class__(many=True),
+    },
+)
+
+
 class Spend(APIView):
     @extend_schema(
         summary="Spend over time",
         description="Average $/hour in buckets of `step` from `from` to `to` (default: the last 24 hours in "
-        "15-minute steps), by NodePool or by capacity type.",
+        "15-minute steps), at the prices paid (after NodeOverlay discounts and reservations): by NodePool or "
+        "capacity type from the NodeClaims; or allocated by namespace or by a pod label (`label:team`), each "
+        "node's cost split over its pods by the larger of their cpu and memory requests' share of it, with the "
+        "capacity no pod requested apart as idle (`idlePerHour`, `idleCost`). Allocation is recorded by the "
+        "worker every minute for the label keys of `KARPWEB_SPEND_LABELS`; a range is read from the coarsest "
+        "record (1 minute, 15 minutes, 2 hours or 6 hours) no longer than `step` that still reaches back to "
+        "`from` (1 minute for 2 days, 15 minutes for 8, 2 hours for 35, 6 hours for 400).",
         parameters=[
             OpenApiParameter("from", OpenApiTypes.DATETIME),
             OpenApiParameter("to", OpenApiTypes.DATETIME),
             OpenApiParameter("step", str, description="60s, 15m, 2h, 1d ..."),
-            OpenApiParameter("by", str, enum=list(spend.GROUPINGS)),
+            OpenApiParameter(
+                "by",
+                str,
+                description="nodepool (the default), capacity_type, namespace, or label:KEY for a recorded pod "
+                "label key (KARPWEB_SPEND_LABELS, by default team)",
+                pattern=r"^(nodepool|capacity_type|namespace|label:.+)$",
+            ),
         ],
-        responses={200: OpenApiTypes.OBJECT, **ERRORS},
+        responses={200: SPEND_SERIES, **ERRORS},
     )
     def get(self, request: Request) -> Response:
         now = timezone.now()
@@ -147,24 +191,32 @@ class Spend(APIView):
         try:
             series = spend.series(start, end, step, by, now=now)
         except spend.SpendError as exc:
-            raise ValidationError({"query": [str(exc)]}) from None
+            raise ValidationError({exc.field: [exc.message]}) from None
         return Response(_series_json(series, step))
 
 
 def _series_json(series: spend.Series, step: timedelta) -> dict[str, Any]:
-    return {
+    allocated = series.by not in spend.GROUPINGS
+    body: dict[str, Any] = {
         "from": series.edges[0].isoformat(),
         "to": series.edges[-1].isoformat(),
         "stepSeconds": int(step.total_seconds()),
         "by": series.by,
         "groups": list(series.groups),
         "cost": round(series.cost(), 6),
-        "buckets": [
-            {
-                "start": series.edges[i].isoformat(),
-                "end": series.edges[i + 1].isoformat(),
-                "pricePerHour": {group: round(values[i], 6) for group, values in series.values.items()},
-            }
-            for i in range(series.buckets)
-        ],
     }
+    if allocated:
+        body["idleCost"] = round(series.idle_cost, 6)
+        body["recorded"] = series.idle is not None
+    buckets = []
+    for i in range(series.buckets):
+        bucket = {
+            "start": series.edges[i].isoformat(),
+            "end": series.edges[i + 1].isoformat(),
+            "pricePerHour": {group: round(values[i], 6) for group, values in series.values.items()},
+        }
+        if allocated:
+            bucket["idlePerHour"] = round(series.idle[i], 6) if series.idle else 0.0
+        buckets.append(bucket)
+    body["buckets"] = buckets
+    return body

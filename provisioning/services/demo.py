@@ -1,6 +1,8 @@
 """The demo workload of the simulated cluster: a few Deployments whose replicas follow
 slow waves, so a newcomer's ``make run`` shows launches, consolidation and spend moving (the
-on-demand ``cache`` priced through the demo's NodeOverlay, a Savings Plan);
+on-demand ``cache`` priced through the demo's NodeOverlay, a Savings Plan), in three namespaces
+and labelled with the team that owns them (one is not, as in any real cluster), so the spend
+page has allocation by namespace and by team to show;
 a PodDisruptionBudget on ``web`` (one pod unavailable at a time), so a drain of its nodes
 waits for each evicted pod to run again; and now and then a spot interruption of one of its
 spot nodes, sent through the simulated AWS as EC2 would send it, so the warning, the early
@@ -20,17 +22,17 @@ from provisioning.cluster import simulated
 
 log = logging.getLogger(__name__)
 
-# name, cpu, memory, base replicas, swing, period (s), phase
+# name, cpu, memory, base replicas, swing, period (s), phase, namespace, team label ("": none)
 DEPLOYMENTS = (
-    ("web", "500m", "1Gi", 12, 10, 180, 0.0),
-    ("api", "1", "2Gi", 8, 6, 240, 1.5),
-    ("cache", "250m", "4Gi", 4, 3, 300, 3.0),
-    ("batch", "2", "2Gi", 3, 3, 120, 4.5),
+    ("web", "500m", "1Gi", 12, 10, 180, 0.0, "demo", "storefront"),
+    ("api", "1", "2Gi", 8, 6, 240, 1.5, "demo", "payments"),
+    ("cache", "250m", "4Gi", 4, 3, 300, 3.0, "platform", "platform"),
+    ("batch", "2", "2Gi", 3, 3, 120, 4.5, "analytics", ""),
 )
 # A cache is not to be interrupted: its pods run on demand, where the demo's NodeOverlay (a
 # Compute Savings Plan) makes r7i cheaper than the r6g it would get at list price.
 NODE_SELECTORS = {"cache": {"karpenter.sh/capacity-type": "on-demand"}}
-NAMESPACE = "demo"
+NAMESPACE = "demo"  # web's, and its PodDisruptionBudget's
 BUDGET = {
     "apiVersion": "policy/v1",
     "kind": "PodDisruptionBudget",
@@ -42,16 +44,17 @@ BUDGET = {
 def replicas_at(now: float) -> dict[str, int]:
     return {
         name: max(0, round(base + swing * math.sin(2 * math.pi * now / period + phase)))
-        for name, _, _, base, swing, period, phase in DEPLOYMENTS
+        for name, _, _, base, swing, period, phase, _, _ in DEPLOYMENTS
     }
 
 
 def step(now: float | None = None) -> dict[str, int]:
     """Scale every demo Deployment to where its wave is now; returns the replica counts."""
     wanted = replicas_at(time.time() if now is None else now)
-    for name, cpu, memory, *_ in DEPLOYMENTS:
+    for name, cpu, memory, _, _, _, _, namespace, team in DEPLOYMENTS:
+        labels = {"app": name, "team": team} if team else {"app": name}
         template = {
-            "metadata": {"labels": {"app": name}},
+            "metadata": {"labels": labels},
             "spec": {
                 "containers": [
                     {"name": name, "image": f"demo/{name}", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
@@ -59,7 +62,9 @@ def step(now: float | None = None) -> dict[str, int]:
                 **({"nodeSelector": NODE_SELECTORS[name]} if name in NODE_SELECTORS else {}),
             },
         }
-        simulated.scale(NAMESPACE, "Deployment", name, template, wanted[name])
+        simulated.scale(namespace, "Deployment", name, template, wanted[name])
+        if namespace != NAMESPACE:  # all of the demo ran in one namespace once: its pods there go
+            simulated.scale(NAMESPACE, "Deployment", name, template, 0)
     return wanted
 
 

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeVar
 
 from django.db import connections
 from django.db.models import FloatField, Func, Q, QuerySet, Sum, Value
@@ -35,6 +35,7 @@ BY_NODEPOOL = "nodepool"
 BY_CAPACITY_TYPE = "capacity_type"
 GROUPINGS = (BY_NODEPOOL, BY_CAPACITY_TYPE)
 BY_SPOT_SAVINGS = "spot_savings"
+BY_DISCOUNTS = "discounts"
 SPOT = "spot"
 SPOT_SAVINGS = "spot savings"
 # A longer series is refused: charts and API answers stay small whatever is asked.
@@ -42,7 +43,13 @@ MAX_BUCKETS = 2_000
 
 
 class SpendError(ValueError):
-    """A range that cannot be charted (end before start, a step of zero, too many buckets)."""
+    """A query that cannot be answered (end before start, a step of zero, too many buckets, an
+    unknown grouping): ``field`` names the parameter, the message says what would be valid."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,10 @@ DEFAULT_RANGE = "24h"
 
 
 class Span(NamedTuple):
-    """What one NodeClaim cost: ``price_per_hour`` from ``start`` until ``end`` (epoch
-    seconds; ``end`` None while it runs). A tuple: a month holds tens of thousands."""
+    """What one NodeClaim cost: ``price_per_hour`` (what was paid: after NodeOverlay
+    discounts, a reservation's committed price, spot as launched) from ``start`` until
+    ``end`` (epoch seconds; ``end`` None while it runs), and ``list_price_per_hour`` before
+    discounts (None: the same). A tuple: a month holds tens of thousands."""
 
     start: float
     end: float | None
@@ -78,19 +87,38 @@ class Span(NamedTuple):
     capacity_type: str
     instance_type: str
     price_per_hour: float
+    list_price_per_hour: float | None = None
 
     def until(self, now: float) -> float:
         return now if self.end is None else min(self.end, now)
+
+    @property
+    def list_price(self) -> float:
+        return self.price_per_hour if self.list_price_per_hour is None else self.list_price_per_hour
+
+
+class Timed(Protocol):
+    """What the sweep reads of a span: where it starts and where it ends by ``now``."""
+
+    @property
+    def start(self) -> float: ...
+
+    def until(self, now: float) -> float: ...
+
+
+T = TypeVar("T", bound=Timed)
 
 
 @dataclass(frozen=True)
 class Series:
     """Average $/hour of each group in each bucket: bucket ``i`` runs from ``edges[i]`` to
-    ``edges[i + 1]`` (the last one may be shorter: it ends with the range)."""
+    ``edges[i + 1]`` (the last one may be shorter: it ends with the range). A series of
+    allocation (by namespace or pod label) has the idle capacity apart, in ``idle``."""
 
     by: str
     edges: tuple[datetime, ...]
     values: Mapping[str, tuple[float, ...]]  # group → $/hour per bucket, groups sorted
+    idle: tuple[float, ...] | None = None  # $/hour no pod requested, per bucket (allocation only)
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -104,15 +132,39 @@ class Series:
         return (self.edges[index + 1] - self.edges[index]).total_seconds() / 3600
 
     def cost(self, group: str | None = None) -> float:
-        """Dollars over the whole range, of one group or of all."""
+        """Dollars over the whole range, of one group or of all (idle capacity apart)."""
         groups = self.values if group is None else (group,)
         return sum(self.values[g][i] * self.hours(i) for g in groups for i in range(self.buckets))
+
+    @property
+    def idle_cost(self) -> float:
+        return sum(v * self.hours(i) for i, v in enumerate(self.idle or ()))
 
     def rows(self) -> Iterator[tuple[datetime, datetime, str, float, float]]:
         """``(start, end, group, $/hour, $)`` per bucket and group, in time order."""
         for i in range(self.buckets):
             for group, values in self.values.items():
                 yield self.edges[i], self.edges[i + 1], group, values[i], values[i] * self.hours(i)
+
+    def idle_rows(self) -> Iterator[tuple[datetime, datetime, float, float]]:
+        """``(start, end, $/hour, $)`` of the idle capacity per bucket (none but for allocation)."""
+        for i, value in enumerate(self.idle or ()):
+            yield self.edges[i], self.edges[i + 1], value, value * self.hours(i)
+
+    def totals(self) -> list[tuple[str, float]]:
+        """Each group's dollars over the range, the dearest first."""
+        return sorted(((group, self.cost(group)) for group in self.values), key=lambda item: (-item[1], item[0]))
+
+    def top(self, limit: int) -> dict[str, tuple[float, ...]]:
+        """The values of the ``limit`` dearest groups (in their order), the others added up
+        as one group ``(N more)``: a chart of hundreds of label values stays readable."""
+        if len(self.values) <= limit:
+            return dict(self.values)
+        kept = {group for group, _ in self.totals()[:limit]}
+        others = [values for group, values in self.values.items() if group not in kept]
+        folded = {group: values for group, values in self.values.items() if group in kept}
+        folded[f"({len(others)} more)"] = tuple(sum(column) for column in zip(*others, strict=True))
+        return folded
 
 
 @dataclass(frozen=True)
@@ -143,14 +195,30 @@ class Report:
     end: datetime
     by_nodepool: Series
     by_capacity_type: Series
-    savings: Series  # one group, SPOT_SAVINGS: on-demand price minus what spot claims paid
+    savings: Series  # one group, SPOT_SAVINGS: on-demand price minus spot's list price
     savings_per_hour_now: float
+    discounts: Series  # list price minus what was paid, by capacity type ("reserved": reservations)
+    discounts_per_hour_now: float
+    list_cost: float  # dollars over the range at list prices
+    allocation: Series  # by namespace or a pod label, idle apart
     month: Month
     ever_ran: bool  # False until some NodeClaim had an instance: the page's empty state
 
     @property
     def cost(self) -> float:
+        """Dollars paid over the range (effective prices)."""
         return self.by_nodepool.cost()
+
+    @property
+    def discounted(self) -> float:
+        """What paying less than list saved over the range (negative: surcharges cost more).
+        To the millionth of a dollar: the two sums part in their last bits when they agree."""
+        return round(self.list_cost - self.cost, 6) + 0.0
+
+    @property
+    def surcharged(self) -> float:
+        """What paying more than list cost over the range (a NodeOverlay surcharge)."""
+        return max(0.0, -self.discounted)
 
 
 # ------------------------------------------------------------------ the REST API's series
@@ -160,12 +228,21 @@ def series(
     start: datetime, end: datetime, step: timedelta, by: str = BY_NODEPOOL, *, now: datetime | None = None
 ) -> Series:
     """Average $/hour by NodePool or capacity type (``by``) in buckets of ``step`` from
-    ``start`` to ``end``. Raises :class:`SpendError` on a range that cannot be charted."""
-    if by not in GROUPINGS:
-        raise SpendError(f"by: {by!r} is not one of {', '.join(GROUPINGS)}")
-    edges = bucket_edges(start, end, step)
+    ``start`` to ``end``, from the claims; or allocated by namespace (``namespace``) or pod
+    label (``label:KEY``), idle apart, from the allocation record. The one query path of the
+    page, its CSV and the REST API. Raises :class:`SpendError` naming the parameter at fault."""
     now = now or timezone.now()
+    if by not in GROUPINGS:
+        return _allocation().series(start, end, step, by, now=now)
+    edges = bucket_edges(start, end, step)
     return sweep(claim_spans(start, min(end, now)), edges, now, by, _GROUP_OF[by], _price)
+
+
+def _allocation():
+    # allocation reads the claims through this module; imported when first needed.
+    from provisioning.services import allocation
+
+    return allocation
 
 
 def window(range_name: str, now: datetime) -> tuple[datetime, datetime, timedelta]:
@@ -173,7 +250,7 @@ def window(range_name: str, now: datetime) -> tuple[datetime, datetime, timedelt
     (UTC), so buckets keep their edges from one refresh to the next."""
     r = RANGES.get(range_name)
     if r is None:
-        raise SpendError(f"range: {range_name!r} is not one of {', '.join(RANGES)}")
+        raise SpendError("range", f"{range_name!r} is not one of {', '.join(RANGES)}")
     step = r.step.total_seconds()
     start = math.floor((now - r.length).timestamp() / step) * step
     return datetime.fromtimestamp(start, UTC), now, r.step
@@ -183,24 +260,25 @@ def bucket_edges(start: datetime, end: datetime, step: timedelta) -> tuple[datet
     """Where the buckets of ``step`` from ``start`` begin, and ``end`` (the last bucket is
     shorter when the step does not divide the range)."""
     if start.tzinfo is None or end.tzinfo is None:  # a naive time would be read in the server's zone
-        raise SpendError("from, to: need a time zone (2026-03-15T10:00:00Z, or +00:00)")
+        raise SpendError("from, to", "need a time zone (2026-03-15T10:00:00Z, or +00:00)")
     if step <= timedelta(0):
-        raise SpendError("step: must be longer than zero")
+        raise SpendError("step", "must be longer than zero")
     if end <= start:
-        raise SpendError("to: must be after from")
+        raise SpendError("to", "must be after from")
     count = math.ceil((end - start) / step)
     if count > MAX_BUCKETS:
-        raise SpendError(f"step: that makes {count} buckets, more than {MAX_BUCKETS}; take a longer step")
+        raise SpendError("step", f"that makes {count} buckets, more than {MAX_BUCKETS}; take a longer step")
     return tuple(start + i * step for i in range(count)) + (end,)
 
 
 # ------------------------------------------------------------------ the page
 
 
-def report(range_name: str = DEFAULT_RANGE, *, now: datetime | None = None) -> Report:
-    """The page's figures for ``range_name`` (a key of :data:`RANGES`): both breakdowns and
-    spot savings from the claims over the range (one query), the month so far and its
-    projection summed by the database (one more)."""
+def report(range_name: str = DEFAULT_RANGE, by: str = "namespace", *, now: datetime | None = None) -> Report:
+    """The page's figures for ``range_name`` (a key of :data:`RANGES`): both breakdowns, spot
+    savings, discounts and the list price from the claims over the range (one query), the
+    month so far and its projection summed by the database (one more), and the allocation by
+    ``by`` (``namespace`` or ``label:KEY``) from its record (one more)."""
     now = now or timezone.now()
     start, end, step = window(range_name, now)
     spans = claim_spans(start, now)
@@ -211,7 +289,7 @@ def report(range_name: str = DEFAULT_RANGE, *, now: datetime | None = None) -> R
     def saved(span: Span) -> float:
         return _saved(span, on_demand)
 
-    by_nodepool, by_capacity_type, savings = sweep_all(
+    by_nodepool, by_capacity_type, savings, discounts = sweep_all(
         spans,
         edges,
         now,
@@ -219,6 +297,7 @@ def report(range_name: str = DEFAULT_RANGE, *, now: datetime | None = None) -> R
             (BY_NODEPOOL, _GROUP_OF[BY_NODEPOOL], _price),
             (BY_CAPACITY_TYPE, _GROUP_OF[BY_CAPACITY_TYPE], _price),
             (BY_SPOT_SAVINGS, lambda span: SPOT_SAVINGS, saved),
+            (BY_DISCOUNTS, _GROUP_OF[BY_CAPACITY_TYPE], _discount),
         ],
     )
     return Report(
@@ -229,6 +308,10 @@ def report(range_name: str = DEFAULT_RANGE, *, now: datetime | None = None) -> R
         by_capacity_type=by_capacity_type,
         savings=savings,
         savings_per_hour_now=sum(saved(s) for s in spans if s.end is None),
+        discounts=discounts,
+        discounts_per_hour_now=sum(_discount(s) for s in spans if s.end is None),
+        list_cost=_dollars(spans, start, end, now, _list_price),
+        allocation=_allocation().series(start, end, step, by, now=now),
         month=month_so_far(now),
         ever_ran=bool(spans) or _started().exists(),
     )
@@ -293,6 +376,16 @@ def _overlapping(start: datetime, end: datetime) -> QuerySet[NodeClaim]:
     return _started().filter(began_before_end, still_running_at_start)
 
 
+def running_at(moment: datetime) -> QuerySet[NodeClaim]:
+    """Claims that cost something at ``moment``: the ones the series count there."""
+    return _overlapping(moment, moment)
+
+
+def ran_between(start: datetime, end: datetime) -> QuerySet[NodeClaim]:
+    """Claims that cost something at some time between ``start`` and ``end``."""
+    return _overlapping(start, end)
+
+
 def claim_spans(start: datetime, end: datetime) -> list[Span]:
     """The cost spans of the claims that ran at some time between ``start`` and ``end``."""
     rows = _overlapping(start, end).values_list(
@@ -302,6 +395,7 @@ def claim_spans(start: datetime, end: datetime) -> list[Span]:
         "capacity_type",
         "instance_type",
         Cast("price_per_hour", FloatField()),
+        Cast(Coalesce("list_price_per_hour", "price_per_hour"), FloatField()),
     )
     # Every column is already a float or a string, so the rows are read with a plain cursor:
     # Django's per-value converters would take most of the time for a month of claims.
@@ -309,28 +403,28 @@ def claim_spans(start: datetime, end: datetime) -> list[Span]:
     with connections[rows.db].cursor() as cursor:
         cursor.execute(sql, params)
         return [
-            Span(begin, finish, nodepool, capacity_type or "unknown", instance_type, price)
-            for begin, finish, nodepool, capacity_type, instance_type, price in cursor.fetchall()
+            Span(begin, finish, nodepool, capacity_type or "unknown", instance_type, price, list_price)
+            for begin, finish, nodepool, capacity_type, instance_type, price, list_price in cursor.fetchall()
         ]
 
 
 def sweep(
-    spans: Iterable[Span],
+    spans: Iterable[T],
     edges: tuple[datetime, ...],
     now: datetime,
     by: str,
-    group_of: Callable[[Span], str],
-    rate_of: Callable[[Span], float],
+    group_of: Callable[[T], str],
+    rate_of: Callable[[T], float],
 ) -> Series:
     """Average ``rate_of(span)`` per hour of each group in each bucket, time-weighted."""
     return sweep_all(spans, edges, now, [(by, group_of, rate_of)])[0]
 
 
 def sweep_all(
-    spans: Iterable[Span],
+    spans: Iterable[T],
     edges: tuple[datetime, ...],
     now: datetime,
-    series: Sequence[tuple[str, Callable[[Span], str], Callable[[Span], float]]],
+    series: Sequence[tuple[str, Callable[[T], str], Callable[[T], float]]],
 ) -> list[Series]:
     """Several series ``(by, group_of, rate_of)`` over the same buckets in one pass.
 
@@ -399,9 +493,33 @@ def _price(span: Span) -> float:
     return span.price_per_hour
 
 
+def _list_price(span: Span) -> float:
+    return span.list_price
+
+
+def _discount(span: Span) -> float:
+    """What a claim pays less than its list price per hour: a NodeOverlay's discount, a
+    reservation's committed price below on-demand. A surcharge is not a saving: nothing."""
+    return max(0.0, span.list_price - span.price_per_hour)
+
+
 def _saved(span: Span, on_demand: Mapping[str, float]) -> float:
-    """What a spot claim saves per hour against the same type on-demand (nothing when the
-    catalog does not know the type)."""
+    """What a spot claim saves per hour against the same type on-demand, both at list price
+    (a discount on top is counted by :func:`_discount`, not twice); nothing when the catalog
+    does not know the type."""
     if span.capacity_type != SPOT:
         return 0.0
-    return max(0.0, on_demand.get(span.instance_type, span.price_per_hour) - span.price_per_hour)
+    return max(0.0, on_demand.get(span.instance_type, span.list_price) - span.list_price)
+
+
+def _dollars(
+    spans: Iterable[Span], start: datetime, end: datetime, now: datetime, rate_of: Callable[[Span], float]
+) -> float:
+    """Dollars of ``rate_of`` over the time each span ran between ``start`` and ``end``."""
+    first, last = start.timestamp(), min(end, now).timestamp()
+    seconds = 0.0
+    for span in spans:
+        overlap = min(span.until(last), last) - max(span.start, first)
+        if overlap > 0:
+            seconds += rate_of(span) * overlap
+    return seconds / 3600

@@ -62,10 +62,12 @@ def stacked_area(
     unit: str = "/hour",
     width: int = 960,
     height: int = 240,
+    colours: Mapping[str, str] | None = None,
 ) -> str:
     """An SVG of ``values`` (group → one value per bucket) stacked over the buckets
     ``edges[i]`` to ``edges[i + 1]``; ``chart_id`` keeps the ids of several charts on one
-    page apart, ``unit`` follows every dollar figure."""
+    page apart, ``unit`` follows every dollar figure, ``colours`` sets some groups' colours
+    (the others take the palette's in turn)."""
     count = len(edges) - 1
     if count < 1:
         raise ValueError("a chart needs at least one bucket (two edges)")
@@ -73,6 +75,7 @@ def stacked_area(
         if len(series) != count:
             raise ValueError(f"{group}: {len(series)} values for {count} buckets")
     groups = list(values)
+    colour_of = _colours(groups, colours or {})
     legend_rows = _legend_rows(groups, width - MARGIN_LEFT - MARGIN_RIGHT)
     plot_bottom = height - MARGIN_BOTTOM
     total_height = height + LEGEND_ROW * len(legend_rows)
@@ -98,8 +101,9 @@ def stacked_area(
     parts += _x_axis(edges, x, plot_bottom)
 
     below = [0.0] * count
-    for index, group in enumerate(groups):
-        colour = PALETTE[index % len(PALETTE)]
+    periods = [_period(edges[i], edges[i + 1]) for i in range(count)]  # the same for every group
+    for group in groups:
+        colour = colour_of[group]
         above = [below[i] + values[group][i] for i in range(count)]
         outline = [(xs[i + step], y(above[i])) for i in range(count) for step in (0, 1)]
         floor = [(xs[i + step], y(below[i])) for i in reversed(range(count)) for step in (1, 0)]
@@ -109,7 +113,7 @@ def stacked_area(
             f'<path class="area" d="{path}" fill="{colour}" fill-opacity="0.75"><title>{escape(group)}</title></path>'
         )
         for i in range(count):
-            tip = f"{group}: {_money(values[group][i])}{unit}, {_period(edges[i], edges[i + 1])}"
+            tip = f"{group}: {_money(values[group][i])}{unit}, {periods[i]}"
             parts.append(
                 f'<circle class="point" cx="{(xs[i] + xs[i + 1]) / 2:.1f}" cy="{y(above[i]):.1f}" r="3" '
                 f'fill="{colour}"><title>{escape(tip)}</title></circle>'
@@ -117,7 +121,7 @@ def stacked_area(
         parts.append("</g>")
         below = above
 
-    parts += _legend(groups, legend_rows, height)
+    parts += _legend(groups, legend_rows, height, colour_of)
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -184,13 +188,19 @@ def _legend_width(group: str) -> float:
     return 12 + 6 + len(group) * CHAR_WIDTH + 16
 
 
-def _legend(groups: Sequence[str], rows: list[list[int]], top: float) -> list[str]:
+def _colours(groups: Sequence[str], fixed: Mapping[str, str]) -> dict[str, str]:
+    """Each group's colour: a fixed one, or the palette's next."""
+    others = iter(range(len(groups)))
+    return {group: fixed.get(group) or PALETTE[next(others) % len(PALETTE)] for group in groups}
+
+
+def _legend(groups: Sequence[str], rows: list[list[int]], top: float, colour_of: Mapping[str, str]) -> list[str]:
     parts = ['<g class="legend">']
     for row_number, row in enumerate(rows):
         px = float(MARGIN_LEFT)
         py = top + row_number * LEGEND_ROW
         for index in row:
-            colour = PALETTE[index % len(PALETTE)]
+            colour = colour_of[groups[index]]
             parts.append(
                 f'<g class="legend-item"><rect x="{px:.0f}" y="{py:.0f}" width="12" height="12" fill="{colour}"/>'
                 f'<text x="{px + 18:.0f}" y="{py + 10:.0f}">{escape(groups[index])}</text></g>'
