@@ -589,7 +589,7 @@ def test_the_demo_of_make_run_shows_an_overlay_changing_a_decision(redis, settin
     assert NodeOverlay.objects.get().ready["status"] == "True"
     demo.step(0.0)  # cache: 4 replicas of 250m and 4Gi, on demand
     decision = provision.provision_once()
-    cache = [c for c in decision.claims.all() if any(p.startswith("demo/cache-") for p in c.pods)]
+    cache = [c for c in decision.claims.all() if any(p.split("/")[1].startswith("cache-") for p in c.pods)]
     overlaid = [c for c in cache if c.launch_options[0].get("overlays") == ["compute-savings-plan"]]
     assert overlaid, [(c.launch_options[0], c.pods) for c in cache]
     first = overlaid[0].launch_options[0]
