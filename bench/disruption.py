@@ -566,6 +566,7 @@ class Tally:
 def bench_cluster(budgets: Budgets, tally: Tally, *, native: bool, enforce: bool):
     """The simulated cluster, watched: every eviction and every pod deleted with its node is
     checked against the rows before and after; PDBs held by the bench unless ``native``."""
+    from provisioning.cluster.base import Eviction
     from provisioning.cluster.simulated import SimulatedCluster
     from provisioning.models import ClusterPod
 
@@ -586,24 +587,24 @@ def bench_cluster(budgets: Budgets, tally: Tally, *, native: bool, enforce: bool
                     name = budgets.manifests[i]["metadata"]["name"]
                     tally.pdb.append(f"{pod.key}: {name} left with {after} healthy, requires {desired}")
 
-        def evict(self, namespace: str, name: str) -> bool:
+        def evict(self, namespace: str, name: str) -> Eviction:
             pod = ClusterPod.objects.filter(namespace=namespace, name=name).first()
             if pod is None:
-                return True
+                return Eviction.GONE
             before = {i: budgets.healthy(i) for i in budgets.of_pod.get(pod.pk, ())}
             if native:
                 evicted = super().evict(namespace, name)
             elif enforce and pod.node_name and any(h <= budgets.desired(i) for i, h in before.items()):
-                evicted = False  # 429: the budget allows no disruption now
+                evicted = Eviction.REFUSED  # 429: the budget allows no disruption now
             else:
                 evicted = super().evict(namespace, name)
             if not evicted:
                 tally.refused += 1
-                return False
+                return evicted
             tally.evictions += 1
             if pod.node_name:
                 self._check(pod, before)
-            return True
+            return evicted
 
         def delete_pod(self, namespace: str, name: str) -> None:
             """A pod deleted past its eviction (terminationGracePeriod): disrupted all the same."""

@@ -274,7 +274,7 @@ async def test_evict_reads_the_500_for_a_pod_of_two_budgets_as_a_refusal(kmock, 
     message = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
     kmock["post " + EVICTION] << 500 << status(500, "InternalError", message)
     answer = await asyncio.to_thread(cluster.evict, "default", "web-1")
-    assert answer is Eviction.REFUSED and not answer
+    assert answer is Eviction.REFUSED_MANY_BUDGETS and not answer
 
 
 async def test_errors_name_the_verb_the_object_and_the_api_message(kmock, cluster):

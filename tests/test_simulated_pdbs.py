@@ -285,7 +285,7 @@ def test_a_pod_two_budgets_select_is_refused_even_when_both_allow(three_running,
     store(pdb("web", maxUnavailable=2), pdb("everything", maxUnavailable=2, selector={}))
     assert status_of("web")["disruptionsAllowed"] == 2 and status_of("everything")["disruptionsAllowed"] == 2
     with caplog.at_level(logging.WARNING, logger="provisioning.cluster.simulated"):
-        assert SimulatedCluster().evict("default", "web-0") is Eviction.REFUSED
+        assert SimulatedCluster().evict("default", "web-0") is Eviction.REFUSED_MANY_BUDGETS
     assert running("web-0")
     assert "more than one PodDisruptionBudget selects it (default/everything, default/web)" in caplog.text
 

@@ -95,14 +95,16 @@ def is_pending(pod: Manifest) -> bool:
 
 class Eviction(enum.Enum):
     """The Eviction API's answer. True for a pod that is gone (evicted, or not found: nothing is
-    left to evict), False for one a PodDisruptionBudget keeps for now."""
+    left to evict), False for one a PodDisruptionBudget keeps for now (its 429), or that more
+    than one budget selects (its 500: the eviction subresource supports one)."""
 
     EVICTED = "evicted"
     GONE = "gone"
     REFUSED = "refused"
+    REFUSED_MANY_BUDGETS = "refused: more than one PodDisruptionBudget"
 
     def __bool__(self) -> bool:
-        return self is not Eviction.REFUSED
+        return self not in (Eviction.REFUSED, Eviction.REFUSED_MANY_BUDGETS)
 
 
 class Cluster(Protocol):

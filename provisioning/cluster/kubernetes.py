@@ -423,7 +423,9 @@ class KubernetesCluster:
         # upstream reads it; any other 500 is the server's trouble.
         if reply.status == 500 and "more than one" not in str(reply.body.get("message", "")):
             raise ClusterError(f"evict Pod {namespace}/{name} failed: {reply.body.get('message', '')} (HTTP 500)")
-        if reply.status in (429, 500):
+        if reply.status == 500:
+            return Eviction.REFUSED_MANY_BUDGETS
+        if reply.status == 429:
             return Eviction.REFUSED
         return Eviction.GONE if reply.status == 404 else Eviction.EVICTED
 

@@ -107,8 +107,10 @@ class SimulatedCluster:
             row = ClusterPod.objects.select_for_update().filter(namespace=namespace, name=name).first()
             if row is None:
                 return Eviction.GONE  # as the API's 404: nothing is left to evict
-            if row.node_name and row.phase == ClusterPod.Phase.RUNNING and _eviction_refused(row):
-                return Eviction.REFUSED
+            if row.node_name and row.phase == ClusterPod.Phase.RUNNING:
+                refused = _eviction_refused(row)
+                if refused is not None:
+                    return refused
             ClusterPod.objects.filter(pk=row.pk).update(
                 phase=ClusterPod.Phase.PENDING, node_name="", nominated="", bound_at=None
             )
@@ -506,9 +508,10 @@ def _with_status(row: ClusterPDB) -> Manifest:
     return manifest
 
 
-def _eviction_refused(row: ClusterPod) -> bool:
-    """Would the Eviction API refuse to evict this running pod now (its 429)? Logs why.
-    Called in a transaction: the budgets of its namespace are locked."""
+def _eviction_refused(row: ClusterPod) -> Eviction | None:
+    """How the Eviction API would refuse to evict this running pod now (its 429, or its 500 for
+    a pod two budgets select), or None. Logs why. Called in a transaction: the budgets of its
+    namespace are locked."""
     labels = (row.manifest.get("metadata") or {}).get("labels") or {}
     evicted = Pod(namespace=row.namespace, name=row.name, labels=labels)
     budgets: list[tuple[Budget, Manifest]] = []
@@ -519,17 +522,17 @@ def _eviction_refused(row: ClusterPod) -> bool:
     if len(budgets) > 1:
         names = ", ".join(b.key for b, _ in budgets)
         log.warning("eviction of pod %s refused: more than one PodDisruptionBudget selects it (%s)", row.key, names)
-        return True
+        return Eviction.REFUSED_MANY_BUDGETS
     if not budgets:
-        return False
+        return None
     budget, status = budgets[0]
     if ClusterNode.objects.filter(name=row.node_name, ready=False).exists():  # the pod is not Ready
         if budget.always_evict_unhealthy:
-            return False  # AlwaysAllow: an unhealthy pod goes and takes nothing from the budget
+            return None  # AlwaysAllow: an unhealthy pod goes and takes nothing from the budget
         if status["currentHealthy"] >= status["desiredHealthy"] > 0:
-            return False  # IfHealthyBudget: the budget holds without it
+            return None  # IfHealthyBudget: the budget holds without it
     if status["disruptionsAllowed"] > 0:
-        return False
+        return None
     log.info(
         "eviction of pod %s refused: it would violate PodDisruptionBudget %s (%d healthy, %d desired)",
         row.key,
@@ -537,7 +540,7 @@ def _eviction_refused(row: ClusterPod) -> bool:
         status["currentHealthy"],
         status["desiredHealthy"],
     )
-    return True
+    return Eviction.REFUSED
 
 
 def set_conditions(node: str, conditions: Sequence[tuple[str, str]], seconds_ago: float = 0.0) -> None:

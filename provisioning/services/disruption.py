@@ -30,7 +30,7 @@ from provisioning.cluster.base import DISRUPTED_TAINT, ClusterError, Eviction
 from provisioning.cluster.simulated import pod_manifest
 from provisioning.disruption import drain as draining
 from provisioning.disruption import drift, planner
-from provisioning.disruption.eviction import Limits, budget_from_manifest, reschedulable
+from provisioning.disruption.eviction import reschedulable
 from provisioning.disruption.model import Command, PoolPolicy, parse_duration
 from provisioning.disruption.nodes import POOL, Claim, parse_time
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
@@ -757,7 +757,6 @@ def _drain_step(disruption: Disruption, node: ClusterNode, claim, started, now, 
         until = datetime.fromtimestamp(deadline or now.timestamp(), UTC).isoformat()
         notes.append(events.disrupted(rows[pod.key], seconds, int(pod.grace_seconds), until))
     refused = []
-    limits = None  # read only to say why an eviction was refused: listing the budgets costs
     for pod in step.evict:
         try:
             answer = cluster.evict(pod.namespace, pod.name)
@@ -769,18 +768,11 @@ def _drain_step(disruption: Disruption, node: ClusterNode, claim, started, now, 
         if answer:
             continue
         refused.append(pod.key)
-        if limits is None:
-            limits = _limits(step.evict)
-        many = len(limits.matching(pod.pod)) > 1
+        many = answer is Eviction.REFUSED_MANY_BUDGETS
         why = "eviction does not support multiple PDBs" if many else "evicting pod violates a PDB"
         notes.append(events.failed_draining(node, f"{why} (Pod={pod.key})"))
     events.record(notes, cluster)
     return step.describe(refused)
-
-
-def _limits(pods) -> Limits:
-    """The PodDisruptionBudgets as they stand, to say why an eviction was refused."""
-    return Limits(budget_from_manifest(m, [p.pod for p in pods]) for m in _pdbs())
 
 
 def _instances_gone(disruption: Disruption) -> set[str]:
