@@ -263,3 +263,31 @@ def test_a_node_an_overlay_no_longer_prices_costs_its_list_price_again(cluster):
     NodeClaim.objects.filter(name="claim-ip-discounted").update(list_price_per_hour=0.192)
     planned = disruption.run(timezone.now())
     assert planned.reason == "Empty" and float(planned.savings_per_hour) == pytest.approx(0.192)
+
+
+def test_a_drain_past_its_share_of_the_round_leaves_the_other_nodes_for_the_next(cluster):
+    """Drains take at most half of KARPWEB_DISRUPTION_ROUND_SECONDS: nodes a drain has not begun
+    by then wait, said on the command, and go in a later round."""
+    import time
+
+    every_node = {**CONSOLIDATE_AT_ONCE, "budgets": [{"nodes": "100%"}]}
+    on_demand = requirement("karpenter.sh/capacity-type", "on-demand")
+    apply_manifest(nodepool(on_demand, disruption=every_node), source="cli")
+    add_node("ip-a")
+    add_node("ip-b")
+    now = timezone.now()
+    planned = disruption.run(now)
+    assert planned.reason == "Empty" and sorted(planned.nodes) == ["ip-a", "ip-b"]
+    planned.planned_at = now - timedelta(seconds=20)
+    planned.save(update_fields=["planned_at"])
+    disruption.advance(planned, now, drains_until=time.perf_counter() - 1)  # the share is used up
+    planned.refresh_from_db()
+    assert planned.state == Disruption.State.DRAINING
+    assert "ip-a: drained next round (this round's time for drains is used up)" in planned.message
+    assert ClusterNode.objects.filter(name__in=["ip-a", "ip-b"]).count() == 2
+    later = now + timedelta(seconds=10)
+    disruption.advance(planned, later)
+    disruption.advance(planned, later + timedelta(seconds=10))
+    planned.refresh_from_db()
+    assert planned.state == Disruption.State.DONE
+    assert not ClusterNode.objects.filter(name__in=["ip-a", "ip-b"]).exists()

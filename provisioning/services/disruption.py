@@ -78,8 +78,11 @@ def run(now=None) -> Disruption | None:
     current = list(Disruption.objects.filter(state__in=ACTIVE).order_by("planned_at"))
     rechecked = [d for d in current if d.state == Disruption.State.PLANNED]
     waiting = sum(len(d.nodes) for d in current if d.state == Disruption.State.REPLACING)
+    # Drains take at most half the round: the rest of their nodes are drained next round, as
+    # upstream's eviction queue is rate-limited; planning always gets its share.
+    drains_until = started + settings.KARPWEB_DISRUPTION_ROUND_SECONDS / 2
     for disruption in current:
-        advance(disruption, now, waiting_nodes=waiting)
+        advance(disruption, now, waiting_nodes=waiting, drains_until=drains_until)
     _release_strays()
     # A command the re-check dropped: the methods after its own are tried now, as upstream's
     # loop goes on to the next method (after single-node, the last, nothing is).
@@ -269,7 +272,9 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
 
     catalog = load_catalog()
     documents, included = cluster_documents(catalog)
-    documents += [pod_manifest(p) for p in ClusterPod.objects.filter(node_name="").exclude(pk__in=included)]
+    # (Those already included are left out here rather than in the query: an IN list of
+    # thousands of ids cost more than the few pending rows it saves.)
+    documents += [pod_manifest(p) for p in ClusterPod.objects.filter(node_name="") if p.pk not in included]
     if not any(d.get("kind") == "PodDisruptionBudget" for d in documents):
         documents += _pdbs()
     # (What a claim was planned with, its options and pods, is not read: at a thousand nodes
@@ -534,10 +539,13 @@ def force(node_name: str, reason: str, now=None, *, forceful: bool = False, expl
 # ------------------------------------------------------------------ the steps
 
 
-def advance(disruption: Disruption, now, *, waiting_nodes: int | None = None) -> bool:
+def advance(
+    disruption: Disruption, now, *, waiting_nodes: int | None = None, drains_until: float | None = None
+) -> bool:
     """Carry the command one step on; False when it was cancelled (its re-check, a failed
     replacement, the replacements' timeout). ``waiting_nodes``: the nodes of the commands
-    waiting on replacements, when the caller has counted them (else they are counted here)."""
+    waiting on replacements, when the caller has counted them (else they are counted here).
+    ``drains_until`` (``time.perf_counter()``): no node begins a drain step after it."""
     if disruption.state == Disruption.State.PLANNED:
         if now - disruption.planned_at < VALIDATION_DELAY:
             return True
@@ -548,7 +556,7 @@ def advance(disruption: Disruption, now, *, waiting_nodes: int | None = None) ->
             if disruption.move(Disruption.State.PLANNED, Disruption.State.CANCELLED, message=why, finished_at=now):
                 _log_step(disruption, "cancelled", why)
             return False
-        _start(disruption, same, now)
+        _start(disruption, same, now, drains_until)
     elif disruption.state == Disruption.State.REPLACING:
         replacements = list(disruption.replacements.all())
         if any(c.state in (NodeClaim.State.FAILED, NodeClaim.State.TERMINATED) for c in replacements):
@@ -569,9 +577,9 @@ def advance(disruption: Disruption, now, *, waiting_nodes: int | None = None) ->
             drain_started_at=now,
             pods_displaced=_displaced(disruption.nodes),
         ):
-            _drain(disruption, now)
+            _drain(disruption, now, drains_until)
     elif disruption.state == Disruption.State.DRAINING:
-        _drain(disruption, now)
+        _drain(disruption, now, drains_until)
     return True
 
 
@@ -634,7 +642,7 @@ def _revalidated(disruption: Disruption, command: Command) -> Command | None:
     return command
 
 
-def _start(disruption: Disruption, command: Command, now) -> None:
+def _start(disruption: Disruption, command: Command, now, drains_until: float | None = None) -> None:
     """Taint the nodes ``karpenter.sh/disrupted:NoSchedule`` first, so nothing is scheduled
     onto them and the provisioner plans their pods elsewhere; then launch the replacements,
     or drain at once when there are none."""
@@ -664,7 +672,7 @@ def _start(disruption: Disruption, command: Command, now) -> None:
         pods_displaced=_displaced(disruption.nodes),
     ):
         _mark(disruption, cluster)
-        _drain(disruption, now)
+        _drain(disruption, now, drains_until)
 
 
 def _displaced(nodes) -> dict[str, int]:
@@ -693,13 +701,14 @@ def _release(disruption: Disruption) -> None:
         cluster.untaint(name, DISRUPTED_TAINT)
 
 
-def _drain(disruption: Disruption, now) -> None:
+def _drain(disruption: Disruption, now, until: float | None = None) -> None:
     """Drain each node as upstream's terminator does (``disruption.drain``): evict in groups,
     non-critical before critical and DaemonSet pods after the others, through the
     PodDisruptionBudgets; wait for do-not-disrupt pods; once the terminationGracePeriod since
     the drain began has passed, delete what is left; terminate each node once it is empty (and
     ``MIN_DRAIN`` has passed, so a pod bound just before the taint is drained too). A NotReady
-    node whose instance is gone is removed at once: nothing on it will ever finish."""
+    node whose instance is gone is removed at once: nothing on it will ever finish. Past
+    ``until`` (``time.perf_counter()``) the nodes left wait for the next round."""
     from provisioning.services.cloud import get_cloud
     from provisioning.services.provision import terminate_claim
 
@@ -708,6 +717,9 @@ def _drain(disruption: Disruption, now) -> None:
     waiting: list[str] = []
     gone = _instances_gone(disruption)
     for name in disruption.nodes:
+        if until is not None and time.perf_counter() > until:
+            waiting.append(f"{name}: drained next round (this round's time for drains is used up)")
+            continue
         node = ClusterNode.objects.filter(name=name).first()
         if node is None:
             continue
