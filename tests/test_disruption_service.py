@@ -229,11 +229,11 @@ def test_disruption_records_blocked_and_terminating_events(cluster):
 
 def test_consolidation_gets_what_is_left_of_the_round(settings):
     """A round aims at KARPWEB_DISRUPTION_ROUND_SECONDS: consolidation's simulations get what
-    the commands carried on and the cluster's reading left of it, within
-    KARPWEB_CONSOLIDATION_SECONDS, and never less than a second (it always goes on)."""
+    the commands carried on and the cluster's reading left of it, less the drains' second,
+    within KARPWEB_CONSOLIDATION_SECONDS, and never less than a second (it always goes on)."""
     import time
 
-    settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 4.0
+    settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 5.0
     settings.KARPWEB_CONSOLIDATION_SECONDS = 3.0
     now = time.perf_counter()
     assert disruption._consolidation_seconds(None) == 3.0
@@ -265,11 +265,10 @@ def test_a_node_an_overlay_no_longer_prices_costs_its_list_price_again(cluster):
     assert planned.reason == "Empty" and float(planned.savings_per_hour) == pytest.approx(0.192)
 
 
-def test_a_drain_past_its_share_of_the_round_leaves_the_other_nodes_for_the_next(cluster):
-    """Drains take at most half of KARPWEB_DISRUPTION_ROUND_SECONDS: nodes a drain has not begun
-    by then wait, said on the command, and go in a later round."""
-    import time
-
+def test_a_drain_past_its_share_of_the_round_leaves_the_other_nodes_for_the_next(cluster, settings):
+    """Drains come last in a round, with what is left of KARPWEB_DISRUPTION_ROUND_SECONDS (at
+    least a second): nodes a drain has not begun by then wait, said on the command, and go in
+    a later round."""
     every_node = {**CONSOLIDATE_AT_ONCE, "budgets": [{"nodes": "100%"}]}
     on_demand = requirement("karpenter.sh/capacity-type", "on-demand")
     apply_manifest(nodepool(on_demand, disruption=every_node), source="cli")
@@ -278,16 +277,20 @@ def test_a_drain_past_its_share_of_the_round_leaves_the_other_nodes_for_the_next
     now = timezone.now()
     planned = disruption.run(now)
     assert planned.reason == "Empty" and sorted(planned.nodes) == ["ip-a", "ip-b"]
-    planned.planned_at = now - timedelta(seconds=20)
-    planned.save(update_fields=["planned_at"])
-    disruption.advance(planned, now, drains_until=time.perf_counter() - 1)  # the share is used up
+    saved = disruption.MIN_DRAIN_SECONDS
+    disruption.MIN_DRAIN_SECONDS = -1000.0  # this round's time for drains is used up before they begin
+    settings.KARPWEB_DISRUPTION_ROUND_SECONDS = -1000.0
+    try:
+        disruption.run(now + timedelta(seconds=20))
+    finally:
+        disruption.MIN_DRAIN_SECONDS = saved
+        settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 4.0
     planned.refresh_from_db()
     assert planned.state == Disruption.State.DRAINING
     assert "ip-a: drained next round (this round's time for drains is used up)" in planned.message
     assert ClusterNode.objects.filter(name__in=["ip-a", "ip-b"]).count() == 2
-    later = now + timedelta(seconds=10)
-    disruption.advance(planned, later)
-    disruption.advance(planned, later + timedelta(seconds=10))
+    disruption.run(now + timedelta(seconds=30))
+    disruption.run(now + timedelta(seconds=40))
     planned.refresh_from_db()
     assert planned.state == Disruption.State.DONE
     assert not ClusterNode.objects.filter(name__in=["ip-a", "ip-b"]).exists()

@@ -69,21 +69,33 @@ def drift_hashes_of(pool: NodePool | None, nc: EC2NodeClass | None) -> dict[str,
 
 
 def run(now=None) -> Disruption | None:
-    """One disruption round: advance every command in progress, then plan the next. Several
-    commands may be in progress at once, as in upstream's orchestration queue: their nodes use
-    up the budgets and their pods need a home in every later simulation, and an expiring node
-    never holds consolidation up."""
+    """One disruption round: carry every command in progress on (re-checks, starts, the wait for
+    replacements), plan the next, then drain. Several commands may be in progress at once, as
+    in upstream's orchestration queue: their nodes use up the budgets and their pods need a home
+    in every later simulation, and an expiring node never holds consolidation up.
+
+    A round aims at ``KARPWEB_DISRUPTION_ROUND_SECONDS``: consolidation gets what the steps
+    before it left (at least a second), and the drains come last with what is left then (also
+    at least a second, upstream's eviction queue being rate-limited too): a drain's nodes not
+    begun by then are drained next round."""
     started = time.perf_counter()
     now = now or timezone.now()
     current = list(Disruption.objects.filter(state__in=ACTIVE).order_by("planned_at"))
     rechecked = [d for d in current if d.state == Disruption.State.PLANNED]
     waiting = sum(len(d.nodes) for d in current if d.state == Disruption.State.REPLACING)
-    # Drains take at most half the round: the rest of their nodes are drained next round, as
-    # upstream's eviction queue is rate-limited; planning always gets its share.
-    drains_until = started + settings.KARPWEB_DISRUPTION_ROUND_SECONDS / 2
     for disruption in current:
-        advance(disruption, now, waiting_nodes=waiting, drains_until=drains_until)
+        advance(disruption, now, waiting_nodes=waiting, drain=False)
     _release_strays()
+    result = _plan_round(now, rechecked, started)
+    drains_until = max(time.perf_counter() + MIN_DRAIN_SECONDS, started + settings.KARPWEB_DISRUPTION_ROUND_SECONDS)
+    for disruption in Disruption.objects.filter(state=Disruption.State.DRAINING).order_by("planned_at"):
+        _drain(disruption, now, drains_until)
+    return result if result is not None else next(iter(current), None)
+
+
+def _plan_round(now, rechecked: list[Disruption], started: float) -> Disruption | None:
+    """Plan the round's commands and record them; the first one recorded (or the command its
+    re-check dropped, when that leaves no method to try)."""
     # A command the re-check dropped: the methods after its own are tried now, as upstream's
     # loop goes on to the next method (after single-node, the last, nothing is).
     dropped = [d for d in rechecked if d.state == Disruption.State.CANCELLED]
@@ -92,8 +104,8 @@ def run(now=None) -> Disruption | None:
     if last is not None and last == len(planner.METHODS) - 1:
         return dropped[0]
     result = plan(now, after=None if last is None else planner.METHODS[last], round_started=started)
-    recorded = [_record(command, now) for command in result.commands]
-    return next(iter(recorded), next(iter(current), None))
+    recorded = [_record(command, now, drain=False) for command in result.commands]
+    return next(iter(recorded), None)
 
 
 def _release_strays() -> None:
@@ -192,15 +204,17 @@ def what_if(now=None) -> dict:
 
 
 MIN_CONSOLIDATION_SECONDS = 1.0  # however long the round's other work took: consolidation goes on
+MIN_DRAIN_SECONDS = 1.0  # and so do the drains, after it
 
 
 def _consolidation_seconds(round_started: float | None) -> float:
     """How long this round's consolidation simulations may take: KARPWEB_CONSOLIDATION_SECONDS,
-    or what is left of KARPWEB_DISRUPTION_ROUND_SECONDS when that is less."""
+    or what is left of KARPWEB_DISRUPTION_ROUND_SECONDS (less the drains' second) when that
+    is less."""
     budget = settings.KARPWEB_CONSOLIDATION_SECONDS
     if round_started is None:
         return budget
-    left = settings.KARPWEB_DISRUPTION_ROUND_SECONDS - (time.perf_counter() - round_started)
+    left = settings.KARPWEB_DISRUPTION_ROUND_SECONDS - MIN_DRAIN_SECONDS - (time.perf_counter() - round_started)
     return min(budget, max(MIN_CONSOLIDATION_SECONDS, left))
 
 
@@ -410,7 +424,7 @@ def _grace_seconds(claim: NodeClaim | None, pool_name: str) -> float | None:
     return policy.termination_grace_period_seconds if policy is not None else None
 
 
-def _record(command: Command, now) -> Disruption:
+def _record(command: Command, now, drain: bool = True) -> Disruption:
     claims = list(ClusterNode.objects.filter(name__in=command.candidates).values_list("nodeclaim", flat=True))
     disruption = Disruption.objects.create(
         planned_at=now,
@@ -451,7 +465,7 @@ def _record(command: Command, now) -> Disruption:
         },
     )
     if command.forceful:  # expiration: no waiting, no replacement first
-        _start(disruption, command, now)
+        _start(disruption, command, now, drain)
     return disruption
 
 
@@ -539,13 +553,11 @@ def force(node_name: str, reason: str, now=None, *, forceful: bool = False, expl
 # ------------------------------------------------------------------ the steps
 
 
-def advance(
-    disruption: Disruption, now, *, waiting_nodes: int | None = None, drains_until: float | None = None
-) -> bool:
+def advance(disruption: Disruption, now, *, waiting_nodes: int | None = None, drain: bool = True) -> bool:
     """Carry the command one step on; False when it was cancelled (its re-check, a failed
     replacement, the replacements' timeout). ``waiting_nodes``: the nodes of the commands
     waiting on replacements, when the caller has counted them (else they are counted here).
-    ``drains_until`` (``time.perf_counter()``): no node begins a drain step after it."""
+    ``drain``: False leaves a command that is (or becomes) draining to the caller's drains."""
     if disruption.state == Disruption.State.PLANNED:
         if now - disruption.planned_at < VALIDATION_DELAY:
             return True
@@ -556,7 +568,7 @@ def advance(
             if disruption.move(Disruption.State.PLANNED, Disruption.State.CANCELLED, message=why, finished_at=now):
                 _log_step(disruption, "cancelled", why)
             return False
-        _start(disruption, same, now, drains_until)
+        _start(disruption, same, now, drain)
     elif disruption.state == Disruption.State.REPLACING:
         replacements = list(disruption.replacements.all())
         if any(c.state in (NodeClaim.State.FAILED, NodeClaim.State.TERMINATED) for c in replacements):
@@ -576,10 +588,10 @@ def advance(
             Disruption.State.DRAINING,
             drain_started_at=now,
             pods_displaced=_displaced(disruption.nodes),
-        ):
-            _drain(disruption, now, drains_until)
-    elif disruption.state == Disruption.State.DRAINING:
-        _drain(disruption, now, drains_until)
+        ) and drain:
+            _drain(disruption, now)
+    elif disruption.state == Disruption.State.DRAINING and drain:
+        _drain(disruption, now)
     return True
 
 
@@ -642,7 +654,7 @@ def _revalidated(disruption: Disruption, command: Command) -> Command | None:
     return command
 
 
-def _start(disruption: Disruption, command: Command, now, drains_until: float | None = None) -> None:
+def _start(disruption: Disruption, command: Command, now, drain: bool = True) -> None:
     """Taint the nodes ``karpenter.sh/disrupted:NoSchedule`` first, so nothing is scheduled
     onto them and the provisioner plans their pods elsewhere; then launch the replacements,
     or drain at once when there are none."""
@@ -672,7 +684,8 @@ def _start(disruption: Disruption, command: Command, now, drains_until: float | 
         pods_displaced=_displaced(disruption.nodes),
     ):
         _mark(disruption, cluster)
-        _drain(disruption, now, drains_until)
+        if drain:
+            _drain(disruption, now)
 
 
 def _displaced(nodes) -> dict[str, int]:
