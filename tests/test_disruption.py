@@ -282,6 +282,26 @@ def test_three_half_empty_nodes_become_one_cheaper_node():
     )
 
 
+def test_a_recheck_simulates_the_planned_nodes_together_first():
+    """Re-checking a multi-node command asks whether its nodes can still go together: one
+    simulation of all of them, not upstream's search for the largest prefix (which plans)."""
+    from provisioning.scheduling.solver import solve
+
+    nodes = [node(f"half-{i}", "m5.xlarge", pods(f"app{i}", 2, "1", "1Gi")) for i in range(3)]
+    calls = []
+
+    def counting(snapshot):
+        calls.append(snapshot)
+        return solve(snapshot)
+
+    planned = only(run(nodes, solve=counting))
+    searched = len(calls)
+    calls.clear()
+    rechecked = only(run(nodes, solve=counting, recheck=True))
+    assert rechecked.candidates == planned.candidates and set(planned.candidates) == {"half-0", "half-1", "half-2"}
+    assert len(calls) == 1 < searched
+
+
 def test_nodes_whose_pods_fit_elsewhere_are_deleted_without_replacement():
     nodes = [
         node("full", "c5.2xlarge", pods("big", 1, "3", "1Gi"), blocked_by=DO_NOT_DISRUPT),

@@ -80,6 +80,7 @@ def plan(
     after: str | None = None,
     budget_seconds: float | None = None,
     resume: int = 0,
+    recheck: bool = False,
 ) -> DisruptionPlan:
     """Plan this round's disruptions.
 
@@ -93,7 +94,10 @@ def plan(
     it are tried, as upstream's loop goes on to the next method. ``budget_seconds`` bounds the
     consolidation methods' simulations (upstream times them out too); single-node consolidation
     then stops where it is and says so, and the plan's ``resume`` is where it starts the next
-    round (given back as ``resume``), so every candidate is looked at in turn.
+    round (given back as ``resume``), so every candidate is looked at in turn. ``recheck``: the
+    candidates not blocked are a planned command's, asked whether they can still go; multi-node
+    consolidation then simulates them all together first (upstream's validation simulates the
+    command as it is), before looking for the largest prefix.
     """
     if solve is None:
         from provisioning.scheduling.solver import solve as solve_snapshot
@@ -103,6 +107,7 @@ def plan(
     round_.deadline = None if budget_seconds is None else time.perf_counter() + budget_seconds
     round_.budget_seconds = budget_seconds
     round_.resume = resume
+    round_.recheck = recheck
     return round_.run(after)
 
 
@@ -157,6 +162,7 @@ class _Round:
         self.deadline: float | None = None
         self.budget_seconds: float | None = None
         self.resume = 0
+        self.recheck = False
         self.next_resume = 0
         self.final_notes: set[str] = set()
         self.uninitialized = frozenset(c.name for c in candidates if not c.initialized)
@@ -376,6 +382,10 @@ class _Round:
                 break
             if budget.take(c):
                 batch.append(c)
+        if self.recheck and len(batch) > 1:
+            whole = self._consolidate(batch, multi_node=True)
+            if isinstance(whole, Command):
+                return [whole]
         # Upstream's binary search over prefix sizes 2..n: a prefix that consolidates raises the
         # floor, one that does not lowers the ceiling; the largest that worked wins.
         best: Command | None = None

@@ -143,7 +143,9 @@ def plan(
             else replace(c, blocked_by="not part of the command being re-checked")
             for c in candidates
         ]
-        return planner.plan(candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot)
+        return planner.plan(
+            candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot, recheck=True
+        )
     result = planner.plan(
         candidates,
         picture.policies,
