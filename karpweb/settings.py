@@ -331,9 +331,9 @@ KARPWEB_SPOT_TO_SPOT_CONSOLIDATION = env_bool("KARPWEB_SPOT_TO_SPOT_CONSOLIDATIO
 # consolidation stops and goes on next round (upstream times its methods out too).
 KARPWEB_CONSOLIDATION_SECONDS = env_float("KARPWEB_CONSOLIDATION_SECONDS", 3.0)
 # What a whole disruption round aims to take: its consolidation gets what is left of this once
-# the commands in progress were carried on and the cluster read, less a second for the drains
-# (at least a second, at most KARPWEB_CONSOLIDATION_SECONDS); the drains come last with what
-# is left then (at least a second), and the nodes they did not reach are drained next round.
+# the commands in progress were carried on and the cluster read, less half a second for the
+# drains (at least half a second, at most KARPWEB_CONSOLIDATION_SECONDS); the drains come last
+# with what is left then (at least half a second); the nodes they did not reach go next round.
 KARPWEB_DISRUPTION_ROUND_SECONDS = env_float("KARPWEB_DISRUPTION_ROUND_SECONDS", 4.0)
 # The SQS queue of interruption events (its name, as upstream's setting; empty: no queue), read
 # by one consumer per deployment (``manage.py interruptions``).

@@ -229,8 +229,8 @@ def test_disruption_records_blocked_and_terminating_events(cluster):
 
 def test_consolidation_gets_what_is_left_of_the_round(settings):
     """A round aims at KARPWEB_DISRUPTION_ROUND_SECONDS: consolidation's simulations get what
-    the commands carried on and the cluster's reading left of it, less the drains' second,
-    within KARPWEB_CONSOLIDATION_SECONDS, and never less than a second (it always goes on)."""
+    the commands carried on and the cluster's reading left of it, less the drains' half second,
+    within KARPWEB_CONSOLIDATION_SECONDS, and never less than half a second (it always goes on)."""
     import time
 
     settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 5.0
@@ -238,8 +238,8 @@ def test_consolidation_gets_what_is_left_of_the_round(settings):
     now = time.perf_counter()
     assert disruption._consolidation_seconds(None) == 3.0
     assert disruption._consolidation_seconds(now - 0.5) == 3.0
-    assert disruption._consolidation_seconds(now - 2.5) == pytest.approx(1.5, abs=0.05)
-    assert disruption._consolidation_seconds(now - 10.0) == disruption.MIN_CONSOLIDATION_SECONDS == 1.0
+    assert disruption._consolidation_seconds(now - 2.5) == pytest.approx(2.0, abs=0.05)
+    assert disruption._consolidation_seconds(now - 10.0) == disruption.MIN_CONSOLIDATION_SECONDS == 0.5
 
 
 def test_nodes_are_priced_with_the_nodeoverlays_in_force(cluster):
@@ -294,3 +294,21 @@ def test_a_drain_past_its_share_of_the_round_leaves_the_other_nodes_for_the_next
     planned.refresh_from_db()
     assert planned.state == Disruption.State.DONE
     assert not ClusterNode.objects.filter(name__in=["ip-a", "ip-b"]).exists()
+
+
+def test_a_drain_over_several_rounds_says_it_is_terminating_the_node_once(cluster):
+    """The node is tainted, cordoned and announced (DisruptionTerminating) when its drain begins,
+    not again every round it waits (here for a do-not-disrupt pod until the grace period)."""
+    grace = {**CONSOLIDATE_AT_ONCE, "budgets": [{"nodes": "100%"}]}
+    pool = nodepool(requirement("karpenter.sh/capacity-type", "on-demand"), disruption=grace)
+    pool["spec"]["template"]["spec"]["terminationGracePeriod"] = "1m"
+    pool["spec"]["template"]["spec"]["expireAfter"] = "1h"
+    apply_manifest(pool, source="cli")
+    add_node("ip-old")
+    add_pod("keep", "ip-old", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    now = timezone.now()
+    for seconds in range(0, 100, 10):
+        disruption.run(now + timedelta(seconds=seconds))
+    terminating = [(e.involved.kind, e.involved.name) for e in cluster.events if e.reason == "DisruptionTerminating"]
+    assert terminating == [("Node", "ip-old"), ("NodeClaim", "claim-ip-old")]
+    assert not ClusterNode.objects.filter(name="ip-old").exists()  # gone once the grace period passed

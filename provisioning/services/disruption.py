@@ -75,8 +75,8 @@ def run(now=None) -> Disruption | None:
     in every later simulation, and an expiring node never holds consolidation up.
 
     A round aims at ``KARPWEB_DISRUPTION_ROUND_SECONDS``: consolidation gets what the steps
-    before it left (at least a second), and the drains come last with what is left then (also
-    at least a second, upstream's eviction queue being rate-limited too): a drain's nodes not
+    before it left (at least half a second), and the drains come last with what is left then (also
+    at least half a second, upstream's eviction queue being rate-limited too): a drain's nodes not
     begun by then are drained next round."""
     started = time.perf_counter()
     now = now or timezone.now()
@@ -205,8 +205,8 @@ def what_if(now=None) -> dict:
     return answer(picture, picture.candidates, result, time.perf_counter() - started)
 
 
-MIN_CONSOLIDATION_SECONDS = 1.0  # however long the round's other work took: consolidation goes on
-MIN_DRAIN_SECONDS = 1.0  # and so do the drains, after it
+MIN_CONSOLIDATION_SECONDS = 0.5  # however long the round's other work took: consolidation goes on
+MIN_DRAIN_SECONDS = 0.5  # and so do the drains, after it
 
 
 def _consolidation_seconds(round_started: float | None) -> float:
@@ -738,10 +738,11 @@ def _drain(disruption: Disruption, now, until: float | None = None) -> None:
         node = ClusterNode.objects.filter(name=name).first()
         if node is None:
             continue
-        events.record(events.terminating(node, disruption.reason), cluster)
-        cluster.taint(name, DISRUPTED_TAINT)
-        cluster.cordon(name)
-        cluster.label(name, EXCLUDE_FROM_BALANCERS, "karpenter")
+        if not _prepared(node):  # the drain begins here: once, not every round
+            events.record(events.terminating(node, disruption.reason), cluster)
+            cluster.taint(name, DISRUPTED_TAINT)
+            cluster.cordon(name)
+            cluster.label(name, EXCLUDE_FROM_BALANCERS, "karpenter")
         claim = NodeClaim.objects.filter(name=node.nodeclaim).first()
         if node.instance_id not in gone:
             status = _drain_step(disruption, node, claim, started, now, cluster)
@@ -766,6 +767,17 @@ def _drain(disruption: Disruption, now, until: float | None = None) -> None:
         return
     if disruption.move(Disruption.State.DRAINING, Disruption.State.DONE, finished_at=now, message=""):
         _log_step(disruption, "done", "its nodes are terminated")
+
+
+def _prepared(node: ClusterNode) -> bool:
+    """Is the node tainted karpenter.sh/disrupted, cordoned and out of the load balancers?"""
+    spec = node.manifest.get("spec") or {}
+    labels = (node.manifest.get("metadata") or {}).get("labels") or {}
+    tainted = any(
+        t.get("key") == DISRUPTED_TAINT["key"] and t.get("effect") == DISRUPTED_TAINT["effect"]
+        for t in spec.get("taints") or []
+    )
+    return tainted and spec.get("unschedulable") is True and EXCLUDE_FROM_BALANCERS in labels
 
 
 def _drain_step(disruption: Disruption, node: ClusterNode, claim, started, now, cluster) -> str | None:
