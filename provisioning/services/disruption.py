@@ -211,7 +211,7 @@ MIN_DRAIN_SECONDS = 0.5  # and so do the drains, after it
 
 def _consolidation_seconds(round_started: float | None) -> float:
     """How long this round's consolidation simulations may take: KARPWEB_CONSOLIDATION_SECONDS,
-    or what is left of KARPWEB_DISRUPTION_ROUND_SECONDS (less the drains' second) when that
+    or what is left of KARPWEB_DISRUPTION_ROUND_SECONDS (less the drains' half second) when that
     is less."""
     budget = settings.KARPWEB_CONSOLIDATION_SECONDS
     if round_started is None:
