@@ -6,6 +6,7 @@ against the simulated cluster until it finds nothing more to do.
     .venv/bin/python bench/disruption.py --small               # 100 nodes, 1,000 pods: a quick check
     .venv/bin/python bench/disruption.py --nodes 300 --pods 3000 --delete 0.5 --seed 2
     .venv/bin/python bench/disruption.py --small --profile 25  # the rounds under cProfile: top 25
+    .venv/bin/python bench/disruption.py --without-pins        # nothing pinned for good (see below)
 
 The cluster, written as rows (as ``manage.py sim apply`` and the simulated kubelet leave them):
 
@@ -127,6 +128,15 @@ PDBS = (
     ("cache", {"maxUnavailable": 1}),
     ("ledger", {"maxUnavailable": 0}),
 )
+
+
+def without_pins() -> None:
+    """``--without-pins``: the same cluster where nothing is pinned for good (the db pods not
+    annotated do-not-disrupt, the ledger budget maxUnavailable 1), to see how close the rounds
+    come to the pooled LP when no node must stay."""
+    global WORKLOADS, PDBS
+    WORKLOADS = tuple(replace(w, do_not_disrupt=False) for w in WORKLOADS)
+    PDBS = tuple((app, {"maxUnavailable": 1} if app == "ledger" else rule) for app, rule in PDBS)
 # Instance types the nodes are made of, with weights: per NodePool, for the zones that offer
 # the current generations, and for us-east-1e.
 NODE_TYPES = {
@@ -1377,12 +1387,19 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="the bench's Eviction API lets every eviction through (does the planner alone keep PDBs?)",
     )
+    parser.add_argument(
+        "--without-pins",
+        action="store_true",
+        help="no pod pinned for good: db without do-not-disrupt, the ledger budget maxUnavailable 1",
+    )
     parser.add_argument("--profile", type=int, metavar="N", default=0, help="cProfile the rounds: the top N")
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
     parser.add_argument("--progress", type=int, default=25, metavar="N", help="a line on stderr every N rounds")
     args = parser.parse_args(argv)
     if args.small:
         args.nodes, args.pods = 100, 1000
+    if args.without_pins:
+        without_pins()
     return args
 
 
