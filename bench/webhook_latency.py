@@ -322,8 +322,9 @@ class Client:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         for attempt in (0, 1):
             try:
-                conn = self.idle.get_nowait()
-                reused = True
+                # A retry goes on a new connection: another idle one may have been closed too.
+                conn = self.idle.get_nowait() if attempt == 0 else self._connect()
+                reused = attempt == 0
             except queue.Empty:
                 conn = self._connect()
                 reused = False
