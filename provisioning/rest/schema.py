@@ -82,4 +82,13 @@ def add_common_errors(result, generator, request, public):
             for code, description in common.items():
                 content = {media: {"schema": status_ref} for media in ("application/json", "application/yaml")}
                 responses.setdefault(code, {"description": description, "content": content})
+            # gunicorn answers a request line over its limit (4094 bytes, `limit_request_line`)
+            # itself, in HTML, before Django sees it.
+            responses.setdefault(
+                "414",
+                {
+                    "description": "request line over the server's limit (4094 bytes)",
+                    "content": {"text/html": {"schema": {"type": "string"}}},
+                },
+            )
     return result
