@@ -975,6 +975,7 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
     provisioned_for: Counter = Counter()  # Deployment: pods the scheduler could not bind
     cancelled: tuple = ()  # the last command cancelled on its re-check, and how often in a row
     repeats = seen = 0
+    cancel_message = ""
     stalled = ""
     converged = False
     count = 0
@@ -1014,11 +1015,12 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
         for d in Disruption.objects.filter(pk__gt=seen, state=Disruption.State.CANCELLED).order_by("pk"):
             key = (d.reason, tuple(sorted(d.nodes)))
             repeats = repeats + 1 if key == cancelled else 1
-            cancelled, seen = key, d.pk
+            cancelled, seen, cancel_message = key, d.pk, d.message
         if repeats >= REPEATED_CANCELS:
             stalled = (
                 f"stalled: the same {cancelled[0]} command of {_plural(len(cancelled[1]), 'node')} was planned "
-                f"and cancelled on its re-check {repeats} times in a row (it is planned again every round)"
+                f"and cancelled on its re-check {repeats} times in a row (it is planned again every round): "
+                f"{cancel_message}"
             )
             break
         simulated.register_launched(0, catalog.instance_type)

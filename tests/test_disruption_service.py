@@ -116,6 +116,18 @@ def test_a_plan_no_longer_valid_is_cancelled(cluster):
     assert planned.state == Disruption.State.CANCELLED and "no longer valid" in planned.message
 
 
+def test_a_cancelled_plan_says_what_the_recheck_found(cluster):
+    add_node("ip-empty")
+    now = timezone.now()
+    planned = disruption.run(now)
+    add_pod("keep", "ip-empty", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    disruption.run(now + timedelta(seconds=16))
+    planned.refresh_from_db()
+    assert planned.state == Disruption.State.CANCELLED
+    assert planned.message.startswith("no longer valid when re-checked 15 s later: ip-empty: ")
+    assert "default/keep" in planned.message and "do-not-disrupt" in planned.message
+
+
 def test_do_not_disrupt_and_pdbs_keep_nodes_with_the_reason(cluster):
     add_node("ip-a", annotations={"karpenter.sh/do-not-disrupt": "true"})
     add_node("ip-b")

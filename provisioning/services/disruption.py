@@ -566,7 +566,7 @@ def advance(disruption: Disruption, now, *, waiting_nodes: int | None = None, dr
         fresh = plan(now, recheck=disruption)
         same = next((c for c in (_revalidated(disruption, c) for c in fresh.commands) if c), None)
         if same is None:
-            why = "no longer valid when re-checked 15 s later"
+            why = _recheck_failure(disruption, fresh)
             if disruption.move(Disruption.State.PLANNED, Disruption.State.CANCELLED, message=why, finished_at=now):
                 _log_step(disruption, "cancelled", why)
             return False
@@ -627,6 +627,22 @@ def _still_valid(disruption: Disruption, command: Command) -> bool:
     emptiness, a larger set of empty nodes that includes them (deleting a subset of empty
     nodes is as good)."""
     return _revalidated(disruption, command) is not None
+
+
+def _recheck_failure(disruption: Disruption, fresh) -> str:
+    """Why the re-check dropped a planned command, in the words the dashboard shows: what the
+    fresh plan says of its nodes, or what it would do with them instead."""
+    why = "no longer valid when re-checked 15 s later"
+    notes = [f"{name}: {fresh.not_candidates[name]}" for name in disruption.nodes if name in fresh.not_candidates]
+    if notes:
+        return f"{why}: {'; '.join(notes)}"
+    other = next((c for c in fresh.commands if set(c.candidates) & set(disruption.nodes)), None)
+    if other is not None:
+        now = f"{other.reason} {other.decision}" + (
+            f" with {len(other.replacements)} replacement(s)" if other.replacements else ""
+        )
+        return f"{why}: the nodes would now go by another command ({now}, {', '.join(other.candidates)})"
+    return why
 
 
 def _revalidated(disruption: Disruption, command: Command) -> Command | None:
