@@ -42,7 +42,7 @@ from provisioning.scheduling.plan import ClaimPlan, Plan
 from provisioning.scheduling.pods import PodError
 from provisioning.scheduling.quantity import QuantityError, to_int
 from provisioning.scheduling.requirements import Requirement, Requirements
-from provisioning.scheduling.snapshot import NodePoolInput, Snapshot
+from provisioning.scheduling.snapshot import NodePoolInput, Snapshot, StaticPool
 from provisioning.scheduling.taints import taints_from_list
 from provisioning.scheduling.workloads import ExistingNode, Workloads, describe, expand_all
 
@@ -155,6 +155,7 @@ def read_cluster(
     if not nodepools:
         notes.append("no NodePool in the input: no NodeClaim can be planned")
     nodes = _fill_uninitialized(nodes, inputs)
+    inputs, static = _split_static(inputs, dict(nodepools), notes)
 
     listed = {node.name for node in workloads.nodes}
     for pod in workloads.pods:
@@ -180,8 +181,29 @@ def read_cluster(
         namespaces=dict(workloads.namespaces),
         preference_policy=preference_policy or policy["preference_policy"],
         min_values_policy=min_values_policy or policy["min_values_policy"],
+        static_nodepools=tuple(static),
     )
     return snapshot, notes, workloads
+
+
+def _split_static(
+    inputs: list[NodePoolInput], specs: Mapping[str, dict[str, Any]], notes: list[str]
+) -> tuple[list[NodePoolInput], list[StaticPool]]:
+    """The dynamic NodePools (the solver's) and the static ones (``spec.replicas``): no pod
+    opens a claim of a static NodePool; its nodes are counted like any others."""
+    dynamic, static = [], []
+    for pool in inputs:
+        replicas = specs.get(pool.name, {}).get("replicas")
+        if replicas is None:
+            dynamic.append(pool)
+            continue
+        static.append(StaticPool(pool, int(replicas)))
+        running = pool.in_use.get("nodes", 0)
+        notes.append(
+            f"NodePool {pool.name}: static (spec.replicas {int(replicas)}, {running} running): it keeps its nodes "
+            f"and is never consolidated; pending pods open no NodeClaims of it"
+        )
+    return dynamic, static
 
 
 def scheduling_policy() -> dict[str, Any]:
@@ -428,9 +450,6 @@ def _nodepool_input(
     require_nodeclass: bool = False,
 ) -> NodePoolInput | None:
     where = f"NodePool {name}"
-    if spec.get("replicas") is not None:
-        notes.append(f"{where}: a static NodePool (spec.replicas) launches no NodeClaims for pods; left out")
-        return None
     template = spec.get("template") or {}
     tspec = template.get("spec") or {}
     labels = {key: str(value) for key, value in ((template.get("metadata") or {}).get("labels") or {}).items()}
