@@ -228,6 +228,7 @@ WEB_ROUTES: tuple[Route, ...] = (
     page("policies/<str:kind>/<str:name>/history/<int:entry_id>/revert/", "review a revert", read=EDITOR),
     api("api/v1/nodepools/", "list; create", write=("POST",)),
     api("api/v1/nodepools/<str:name>/", "read; replace, merge patch, delete", write=("PUT", "PATCH", "DELETE")),
+    api("api/v1/nodepools/<str:name>/scale/", "the scale subresource (autoscaling/v1 Scale)", write=("PUT", "PATCH")),
     api("api/v1/ec2nodeclasses/", "list; create", write=("POST",)),
     api("api/v1/ec2nodeclasses/<str:name>/", "read; replace, merge patch, delete", write=("PUT", "PATCH", "DELETE")),
     api("api/v1/nodeoverlays/", "list; create", write=("POST",)),
