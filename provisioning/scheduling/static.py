@@ -17,12 +17,12 @@ Pure: no Django, boto3, kubernetes or redis.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from provisioning.scheduling.plan import ClaimPlan
 from provisioning.scheduling.pools import PoolModel
-from provisioning.scheduling.snapshot import NodePoolInput
+from provisioning.scheduling.snapshot import NodePoolInput, StaticPool
 
 MAX_INSTANCE_TYPES = 60  # the options a claim carries, as the solver's (upstream's MaxInstanceTypes default)
 
@@ -102,3 +102,49 @@ def unlaunchable(pool: NodePoolInput) -> str:
     if not pool.instance_types:
         return f"NodePool {pool.name}: its EC2NodeClass offers no instance type"
     return f"NodePool {pool.name}: no instance type with an available offering meets its requirements"
+
+
+@dataclass(frozen=True)
+class StaticPlan:
+    """What the static controllers would do to one static NodePool now (``simulate``)."""
+
+    nodepool: str
+    replicas: int
+    running: int
+    node_limit: int | None
+    launch: tuple[ClaimPlan, ...]
+    remove: int
+    note: str = ""
+
+    @property
+    def price(self) -> float:
+        return sum(claim.price for claim in self.launch)
+
+
+def plan_static(pools: Sequence[StaticPool]) -> list[StaticPlan]:
+    """Each static NodePool of a snapshot: its nodes (those the snapshot lists with its
+    ``karpenter.sh/nodepool`` label, in-flight claims included), the claims scale-up would
+    launch and how many nodes scale-down would remove."""
+    plans = []
+    for static in pools:
+        pool = static.pool
+        count = PoolCount(running=int(pool.in_use.get("nodes", 0)))
+        limit = node_limit(pool.limits)
+        wanted = to_create(static.replicas, count, limit)
+        claim = template_claim(pool) if wanted else None
+        note = ""
+        if wanted and claim is None:
+            note = unlaunchable(pool)
+        elif not wanted and count.running < static.replicas:
+            note = f"limits.nodes {limit} reached"
+        launch = (
+            tuple(replace(claim, name=f"{pool.name}-static-{i + 1}") for i in range(wanted))
+            if claim is not None
+            else ()
+        )
+        plans.append(
+            StaticPlan(
+                pool.name, static.replicas, count.running, limit, launch, to_remove(static.replicas, count), note
+            )
+        )
+    return plans
