@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from provisioning import crd
 from provisioning.cluster import simulated
 from provisioning.disruption.static import StaticMember, drift_replacements, scale_down
-from provisioning.models import ClusterNode, ClusterPDB, ClusterPod, Disruption, NodeClaim, NodePool
+from provisioning.models import AuditEntry, ClusterNode, ClusterPDB, ClusterPod, Disruption, NodeClaim, NodePool
 from provisioning.scheduling.static import PoolCount, room, to_create, to_remove
 from provisioning.services import cloud as cloud_service
 from provisioning.services import connections, dispatch, launchbatch, static
@@ -224,7 +224,7 @@ def test_scaling_down_through_the_scale_subresource_drains_through_the_pdb_and_t
 
 def test_the_demo_static_pool_comes_up_on_the_simulated_aws(aws, django_capture_on_commit_callbacks):
     NodePool.objects.all().delete()
-    from provisioning.models import AuditEntry, EC2NodeClass
+    from provisioning.models import EC2NodeClass
 
     EC2NodeClass.objects.all().delete()
     AuditEntry.objects.all().delete()
@@ -361,3 +361,59 @@ def test_a_scale_review_is_answered_should_the_webhook_be_sent_one(client, webho
         assert denied["response"]["allowed"] is False
         assert "spec.replicas" in denied["response"]["status"]["message"]
         assert denied["response"]["status"]["code"] == 422
+
+
+# ------------------------------------------------------------------ the Replicas control
+
+
+def signed_in(role: str):
+    from django.test import Client
+
+    user, _ = User.objects.get_or_create(username=f"{role}-ui")
+    user.groups.add(Group.objects.get(name=role))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_nodepool_page_has_a_replicas_control_for_editors_only(scaled):
+    page = "/policies/NodePool/system/"
+    viewer = signed_in("viewer").get(page).content.decode()
+    assert 'id="replicas"' in viewer and "<strong>2</strong> wanted" in viewer
+    assert "/policies/NodePool/system/replicas/" not in viewer
+    editor_page = signed_in("editor").get(page).content.decode()
+    assert 'hx-post="/policies/NodePool/system/replicas/"' in editor_page
+    assert signed_in("viewer").post(page + "replicas/", {"replicas": 3, "expected_version": 1}).status_code == 403
+
+
+def test_the_replicas_control_scales_through_the_validator_with_htmx(scaled):
+    client = signed_in("editor")
+    url = "/policies/NodePool/system/replicas/"
+    answer = client.post(url, {"replicas": 4, "expected_version": 1}, HTTP_HX_REQUEST="true")
+    assert answer.status_code == 200
+    card = answer.content.decode()
+    assert card.lstrip().startswith('<section class="card" id="replicas">')
+    assert "scaled to 4 replicas" in card and "<strong>4</strong> wanted" in card
+    pool = NodePool.objects.get(name="system")
+    assert pool.spec["replicas"] == 4 and pool.resource_version == 2
+    entry = AuditEntry.objects.latest("at")
+    assert entry.actor == "editor-ui" and entry.source == "ui" and entry.name == "system"
+    stale = client.post(url, {"replicas": 5, "expected_version": 1}, HTTP_HX_REQUEST="true").content.decode()
+    assert 'role="alert"' in stale and "has been modified" in stale
+    bad = client.post(url, {"replicas": -1, "expected_version": 2}, HTTP_HX_REQUEST="true").content.decode()
+    assert 'role="alert"' in bad and "replicas" in bad
+    assert NodePool.objects.get(name="system").spec["replicas"] == 4
+    # Without htmx: back to the page, with the message.
+    plain = client.post(url, {"replicas": 1, "expected_version": 2})
+    assert plain.status_code == 302 and plain["Location"] == "/policies/NodePool/system/"
+    assert NodePool.objects.get(name="system").spec["replicas"] == 1
+
+
+def test_a_dynamic_nodepool_has_no_replicas_control(scaled, seed_nodepool):
+    apply_manifest(copy.deepcopy(seed_nodepool), source="cli")
+    name = seed_nodepool["metadata"]["name"]
+    client = signed_in("editor")
+    assert 'id="replicas"' not in client.get(f"/policies/NodePool/{name}/").content.decode()
+    assert (
+        client.post(f"/policies/NodePool/{name}/replicas/", {"replicas": 1, "expected_version": 1}).status_code == 404
+    )

@@ -223,6 +223,7 @@ WEB_ROUTES: tuple[Route, ...] = (
     page("policies/new/<str:kind>/validate/", "live validation", write=EDITOR, post_only=True),
     page("policies/<str:kind>/<str:name>/", "a policy and its history"),
     page("policies/<str:kind>/<str:name>/edit/", "edit (form or YAML), review", read=EDITOR, write=EDITOR),
+    page("policies/NodePool/<str:name>/replicas/", "scale a static NodePool", write=EDITOR, post_only=True),
     page("policies/<str:kind>/<str:name>/validate/", "live validation", write=EDITOR, post_only=True),
     page("policies/<str:kind>/<str:name>/delete/", "delete", read=EDITOR, write=EDITOR),
     page("policies/<str:kind>/<str:name>/history/<int:entry_id>/revert/", "review a revert", read=EDITOR),
