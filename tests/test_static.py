@@ -417,3 +417,24 @@ def test_a_dynamic_nodepool_has_no_replicas_control(scaled, seed_nodepool):
     assert (
         client.post(f"/policies/NodePool/{name}/replicas/", {"replicas": 1, "expected_version": 1}).status_code == 404
     )
+
+
+# ------------------------------------------------------------------ the beat
+
+
+def test_celery_beat_reconciles_static_pools_every_10_seconds_one_at_a_time(settings, redis_url, scaled):
+    from provisioning import tasks
+
+    assert settings.CELERY_BEAT_SCHEDULE["static-capacity"] == {
+        "task": "provisioning.tasks.static_capacity",
+        "schedule": 10.0,
+    }
+    settings.REDIS_URL = redis_url
+    connections.reset()
+    held = connections.get_redis().lock(static.LOCK, timeout=30)
+    assert held.acquire(blocking=False)
+    try:
+        assert tasks.static_capacity() == {"skipped": "another static reconcile is running"}
+    finally:
+        held.release()
+    connections.reset()
