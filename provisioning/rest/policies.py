@@ -26,7 +26,7 @@ from rest_framework.views import APIView
 from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource
 from provisioning.rest import errors
 from provisioning.rest.formats import merge_patch
-from provisioning.rest.schema import ERRORS, MANIFEST, STATUS
+from provisioning.rest.schema import ERRORS, MANIFEST, SCALE, STATUS
 from provisioning.services import policy
 
 DRY_RUN = OpenApiParameter(
@@ -276,20 +276,6 @@ NodeOverlayList, NodeOverlayDetail = views_for("NodeOverlay", "nodeoverlays", "s
 
 
 # ------------------------------------------------------------------ the scale subresource
-
-
-SCALE = {
-    "type": "object",
-    "description": "an autoscaling/v1 Scale: spec.replicas is the NodePool's spec.replicas, status.replicas "
-    "its status.nodes",
-    "example": {
-        "apiVersion": "autoscaling/v1",
-        "kind": "Scale",
-        "metadata": {"name": "system", "resourceVersion": "7"},
-        "spec": {"replicas": 3},
-        "status": {"replicas": 2},
-    },
-}
 
 
 def scale_of(obj: CustomResource) -> dict[str, Any]:
