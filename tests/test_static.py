@@ -438,3 +438,8 @@ def test_celery_beat_reconciles_static_pools_every_10_seconds_one_at_a_time(sett
     finally:
         held.release()
     connections.reset()
+
+
+def test_the_policies_list_marks_a_static_nodepool_with_its_replicas(scaled):
+    page = signed_in("viewer").get("/policies/").content.decode()
+    assert "static: 2 replicas" in page

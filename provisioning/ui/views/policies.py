@@ -37,6 +37,11 @@ class NodePoolRow:
     nodes: int
 
     @property
+    def replicas(self) -> int | None:
+        """``spec.replicas`` of a static NodePool; None for a dynamic one."""
+        return self.pool.spec.get("replicas")
+
+    @property
     def limits(self) -> str:
         return ", ".join(f"{key} {value}" for key, value in (self.pool.spec.get("limits") or {}).items())
 
