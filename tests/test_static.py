@@ -2,8 +2,9 @@
 the cheapest allowed type, which launch on the simulated AWS (boto3 over HTTP to the moto
 server, no patching) and register through the simulated kubelet; status.nodes reports them;
 scaling down (REST's scale subresource, as ``kubectl scale``) drains through the
-PodDisruptionBudgets and terminates the instances; the demo's static pool comes up; the
-pure core's counts."""
+PodDisruptionBudgets and terminates the instances; a drifted node is replaced one for one; the
+demo's static pool comes up; the scale endpoint, the webhook, the Replicas control, the beat
+entry and the pure core's counts."""
 
 from __future__ import annotations
 
@@ -443,3 +444,38 @@ def test_celery_beat_reconciles_static_pools_every_10_seconds_one_at_a_time(sett
 def test_the_policies_list_marks_a_static_nodepool_with_its_replicas(scaled):
     page = signed_in("viewer").get("/policies/").content.decode()
     assert "static: 2 replicas" in page
+
+
+def test_a_drifted_static_node_is_replaced_one_for_one_on_the_simulated_aws(aws, django_capture_on_commit_callbacks):
+    """A template change drifts the static NodePool's node: the disruption round launches its
+    replacement in EC2 first, then drains and terminates the old instance; the pool keeps one node."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    apply_manifest(system_pool(1), source="cli")
+    reconcile(django_capture_on_commit_callbacks)
+    register()
+    [old] = NodeClaim.objects.filter(nodepool_name="system", state=NodeClaim.State.INITIALIZED)
+    changed = system_pool(1)
+    changed["spec"]["template"]["metadata"] = {"labels": {"team": "platform"}}
+    apply_manifest(changed, source="cli")
+
+    now = timezone.now()
+    for _ in range(8):
+        with django_capture_on_commit_callbacks(execute=True):
+            disruption_service.run(now)
+        register()
+        static.reconcile(now)
+        now += timedelta(seconds=16)
+        if Disruption.objects.filter(state=Disruption.State.DONE).exists():
+            break
+    [done] = Disruption.objects.all()
+    assert done.reason == "Drifted" and done.state == Disruption.State.DONE
+    [new] = NodeClaim.objects.filter(nodepool_name="system", state__in=NodeClaim.ACTIVE_STATES)
+    assert new.disruption_id == done.pk and new.spec["labels"]["team"] == "platform"
+    assert instance_states(aws, [new.instance_id]) == {new.instance_id: "running"}
+    old.refresh_from_db()
+    assert old.state == NodeClaim.State.TERMINATED
+    assert instance_states(aws, [old.instance_id])[old.instance_id] in ("shutting-down", "terminated")
+    assert NodePool.objects.get(name="system").status["nodes"] == 1
