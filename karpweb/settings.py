@@ -470,6 +470,8 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-pending": {"task": "provisioning.tasks.sweep_pending", "schedule": 5.0},
     "nodeclaim-lifecycle": {"task": "provisioning.tasks.nodeclaim_lifecycle", "schedule": 30.0},
     "disruption": {"task": "provisioning.tasks.disrupt", "schedule": 10.0},
+    # Static NodePools (spec.replicas) kept at their replicas.
+    "static-capacity": {"task": "provisioning.tasks.static_capacity", "schedule": 10.0},
     "spend-allocation": {"task": "provisioning.tasks.record_allocation", "schedule": KARPWEB_SPEND_SAMPLE_SECONDS},
 }
 if KARPWEB_INSTANCE_STATUS:

@@ -280,6 +280,23 @@ def disrupt() -> dict[str, Any]:
     return {"disruption": current.pk if current else None, "state": current.state if current else None}
 
 
+@shared_task(name="provisioning.tasks.static_capacity", ignore_result=True)
+def static_capacity() -> dict[str, Any]:
+    """Static NodePools to their replicas (every 10 s): create or remove NodeClaims."""
+    from provisioning.services import static as service
+    from provisioning.services.connections import get_redis
+
+    # One at a time: two reconciles counting the same claims would both create the missing ones.
+    lock = get_redis().lock(service.LOCK, timeout=120, blocking_timeout=0)
+    if not lock.acquire(blocking=False):
+        return {"skipped": "another static reconcile is running"}
+    try:
+        outcomes = service.reconcile()
+    finally:
+        lock.release()
+    return {"nodepools": [o.as_dict() for o in outcomes]}
+
+
 @shared_task(name="provisioning.tasks.record_allocation", ignore_result=True)
 def record_allocation() -> dict[str, Any]:
     """Split the running nodes' cost over their pods and add it to the allocation record

@@ -5,6 +5,14 @@ quickly and well-formed: a malformed body without a usable uid gets a 400 with a
 error; anything carrying a string uid gets a 200 AdmissionReview, a deny with a message
 when the object is bad. DELETE is always allowed (upstream removed deletion webhooks
 after they deadlocked clusters), with a warning when the EC2NodeClass is still in use.
+
+The NodePool's scale subresource (``kubectl scale nodepool X --replicas=N``) is not sent here:
+the webhook's rules name ``nodepools``, which does not match the ``nodepools/scale``
+subresource, and the API server checks the NodePool a scale produces against the CRD's own
+schema and CEL rules (replicas of at least 0; no static↔dynamic switch), the same rules as
+THE validator's. Should a configuration list ``nodepools/scale`` anyway, the review carries an
+``autoscaling/v1`` Scale, not the NodePool: it is allowed when ``spec.replicas`` is an integer
+of at least 0 and denied otherwise; the rest is the CRD's to check.
 """
 
 from __future__ import annotations
@@ -105,6 +113,8 @@ def _read(request: HttpRequest) -> dict[str, Any]:
 
 def _decide(req: dict[str, Any]) -> tuple[bool, int, str, list[str]]:
     operation = req.get("operation")
+    if _is_scale(req):
+        return _decide_scale(req)
     kind = _request_kind(req)
     if kind is None:
         got = req.get("kind")
@@ -138,6 +148,37 @@ def _decide(req: dict[str, Any]) -> tuple[bool, int, str, list[str]]:
     if result.ok:
         return True, 200, "", result.warnings
     return False, 422, _message(kind, result), result.warnings
+
+
+def _is_scale(req: dict[str, Any]) -> bool:
+    """A review of a NodePool's scale subresource: an ``autoscaling/v1`` Scale."""
+    gvk, resource = req.get("kind"), req.get("resource")
+    return (
+        isinstance(gvk, dict)
+        and gvk.get("group") == "autoscaling"
+        and gvk.get("kind") == "Scale"
+        and isinstance(resource, dict)
+        and resource.get("group") == crd.NODEPOOL.group
+        and resource.get("resource") == crd.NODEPOOL.plural
+        and req.get("subResource") == "scale"
+    )
+
+
+def _decide_scale(req: dict[str, Any]) -> tuple[bool, int, str, list[str]]:
+    """A Scale of a NodePool (see the module's note): its spec.replicas, an integer >= 0."""
+    if req.get("operation") != "UPDATE":
+        return True, 200, "", []
+    obj = req.get("object")
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    replicas = spec.get("replicas") if isinstance(spec, dict) else None
+    if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas >= 0:
+        return True, 200, "", []
+    name = req.get("name") or _name(obj)
+    message = (
+        f'Scale.autoscaling "{name}" is invalid: [spec.replicas: Invalid value: {json.dumps(replicas)}: '
+        f"must be an integer of at least 0 (the NodePool's spec.replicas)]"
+    )
+    return False, 422, message, []
 
 
 def _request_kind(req: dict[str, Any]) -> crd.Kind | None:

@@ -307,3 +307,23 @@ def test_plan_a_what_if(page, seed_ec2nodeclass):
     assert "general" in result.inner_text() and "$" in result.inner_text()
     shot(page, "whatif")
     assert not NodeClaim.objects.exists()  # a what-if writes nothing
+
+
+def test_scale_a_static_nodepool_from_its_page(page, seed_ec2nodeclass):
+    """The Replicas control of a static NodePool: an editor types a number, Scale swaps the card
+    in place (htmx), the NodePool has the new replicas and the audit trail says who."""
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    system = nodepool(requirement("karpenter.sh/capacity-type", "on-demand"), name="system")
+    system["spec"]["replicas"] = 2
+    apply_manifest(system, source="cli")
+    log_in(page, "sally", "editor")
+    page.goto(page.base + "/policies/NodePool/system/")
+    assert "2 wanted" in page.locator("#replicas").inner_text()
+    page.fill("#replicas input[name=replicas]", "3")
+    page.click("#replicas button:has-text('Scale')")
+    page.locator("#replicas [role=status]").wait_for()
+    assert "scaled to 3 replicas" in page.locator("#replicas").inner_text()
+    assert page.url == page.base + "/policies/NodePool/system/"  # swapped in place, no navigation
+    assert NodePool.objects.get(name="system").spec["replicas"] == 3
+    assert AuditEntry.objects.filter(name="system", actor="sally", source="ui").exists()
+    shot(page, "policy-replicas")

@@ -652,6 +652,7 @@ def test_the_schema_documents_spend_by_namespace_and_label(viewer):
 READS = [
     "/api/v1/nodepools/",
     "/api/v1/nodepools/general/",
+    "/api/v1/nodepools/general/scale/",
     "/api/v1/ec2nodeclasses/",
     "/api/v1/ec2nodeclasses/default/",
     "/api/v1/nodeoverlays/",
@@ -673,6 +674,8 @@ WRITES = [
     ("put", "/api/v1/nodepools/general/"),
     ("patch", "/api/v1/nodepools/general/"),
     ("delete", "/api/v1/nodepools/general/"),
+    ("put", "/api/v1/nodepools/general/scale/"),
+    ("patch", "/api/v1/nodepools/general/scale/"),
     ("post", "/api/v1/ec2nodeclasses/"),
     ("put", "/api/v1/ec2nodeclasses/default/"),
     ("patch", "/api/v1/ec2nodeclasses/default/"),

@@ -569,3 +569,64 @@ def test_an_invalid_nodeoverlay_exits_2_naming_the_document_and_field(tmp_path, 
     code, out, err = run("-f", str(WORKING), "-f", write(tmp_path, "bad.yaml", [savings_plan("27%")]))
     assert code == 2 and out == ""
     assert 'NodeOverlay savings-plan: spec.priceAdjustment: Invalid value: "27%"' in err
+
+
+def static_node(name: str, pool: str = "system") -> dict:
+    """A node of a static NodePool (an m5.large on demand in us-east-1a)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "karpenter.sh/nodepool": pool,
+                "node.kubernetes.io/instance-type": "m5.large",
+                "topology.kubernetes.io/zone": "us-east-1a",
+                "karpenter.sh/capacity-type": "on-demand",
+                "karpenter.sh/initialized": "true",
+            },
+        },
+        "status": {"allocatable": {"cpu": "1930m", "memory": "7Gi", "pods": "29"}},
+    }
+
+
+def test_static_nodepools_are_accounted_for_not_skipped(tmp_path):
+    """A static NodePool's nodes are counted and take pods; the claims its replicas still want
+    (the cheapest type its requirements allow, within limits.nodes) are in the plan and its
+    price; pending pods open no claim of it."""
+    system = nodepool(
+        "system",
+        requirements=[
+            {"key": CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "m5.xlarge"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]},
+        ],
+        replicas=3,
+        limits={"nodes": 4},
+    )
+    documents = [system, nodepool("general"), static_node("ip-s1"), deployment("web", replicas=2, cpu="250m")]
+    code, out, err = run("-f", write(tmp_path, "static.yaml", documents), "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    [static] = data["staticNodePools"]
+    assert static["nodePool"] == "system" and static["replicas"] == 3 and static["nodes"] == 1
+    assert static["remove"] == 0 and static["nodeLimit"] == 4
+    assert [c["instanceType"] for c in static["launch"]] == ["m5.large", "m5.large"]
+    assert all(c["zone"] == "us-east-1a" and c["capacityType"] == "on-demand" for c in static["launch"])
+    assert {c["nodePool"] for c in data["nodeClaims"]} <= {"general"}
+    # The static pool's existing node takes the pods (it has room): nothing to launch for them.
+    assert {n["name"]: n["pods"] for n in data["existingNodes"]}["ip-s1"] == ["default/web-0", "default/web-1"]
+    launched = sum(c["pricePerHour"] for c in data["nodeClaims"]) + sum(c["pricePerHour"] for c in static["launch"])
+    assert data["totalPricePerHour"] == pytest.approx(launched)
+    assert "NodePool system: static (spec.replicas 3, 1 running)" in err
+    code, table, _ = run("-f", write(tmp_path, "static.yaml", documents))
+    assert "STATIC NODEPOOL" in table and "and 2 for static NodePools" in table
+
+
+def test_a_static_nodepool_above_its_replicas_is_scaled_down_in_the_plan(tmp_path):
+    system = nodepool("system", replicas=1)
+    documents = [system, static_node("ip-s1"), static_node("ip-s2")]
+    code, out, err = run("-f", write(tmp_path, "static.yaml", documents), "--format", "json")
+    assert code == 0, err
+    [static] = json.loads(out)["staticNodePools"]
+    assert static["nodes"] == 2 and static["remove"] == 1 and static["launch"] == []

@@ -216,3 +216,20 @@ def test_nothing_is_changed(tmp_path):
     run(tmp_path, cluster(), "--now", NOW, "--format", "json")
     assert not (NodePool.objects.exists() or NodeClaim.objects.exists() or ClusterNode.objects.exists())
     assert not Disruption.objects.exists()
+
+
+def test_a_static_nodepool_is_reported_with_its_replicas_and_never_consolidated(tmp_path):
+    """Two empty nodes of a static NodePool (replicas 2): counted, reported, left alone."""
+    static = nodepool()
+    static["metadata"]["name"] = "system"
+    static["spec"]["replicas"] = 2
+    documents = [NODECLASS, static, node("ip-s1", pool="system"), node("ip-s2", pool="system", zone="us-east-1b")]
+    code, out, _ = run(tmp_path, documents, "--now", NOW, "--format", "json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["commands"] == []
+    assert result["staticNodePools"] == [{"nodePool": "system", "replicas": 2, "nodes": 2}]
+    reasons = {n["name"]: n["reason"] for n in result["nodes"]}
+    assert all("static" in reasons[name] for name in ("ip-s1", "ip-s2")), reasons
+    code, table, _ = run(tmp_path, documents, "--now", NOW)
+    assert "static NodePool system: 2 of 2 replicas; never consolidated" in table

@@ -310,6 +310,7 @@ ACCEPTED = [
     accept(37, "static-empty-limits", with_spec(replicas=3, limits={})),
     accept(37, "dynamic-cpu-limit", with_spec(limits={"cpu": 10})),
     accept(38, "dynamic-weight", with_spec(weight=50)),
+    accept(38, "static-without-weight", with_spec(replicas=3, limits={"nodes": 3})),
     # C. Runtime
     accept(39, "nodepool-like-label", with_labels({"example.com/nodepool": "x"})),
     accept(

@@ -22,6 +22,8 @@ class Kind:
     spec_required: bool
     runtime_validate: Callable[[dict[str, Any], Walk], None]
     printer_columns: tuple[dict[str, Any], ...]
+    # The scale subresource (``kubectl scale``), as upstream's CRD has it; None: none.
+    scale: dict[str, str] | None = None
 
     @property
     def api_version(self) -> str:
@@ -51,6 +53,9 @@ NODEPOOL = Kind(
         {"name": "CPU", "type": "string", "jsonPath": ".status.resources.cpu", "priority": 1},
         {"name": "Memory", "type": "string", "jsonPath": ".status.resources.memory", "priority": 1},
     ),
+    # Static NodePools: ``kubectl scale nodepool X --replicas=N`` sets spec.replicas; status.nodes
+    # is the NodePool's NodeClaims (services.static.write_status).
+    scale={"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.nodes"},
 )
 
 EC2NODECLASS = Kind(

@@ -45,7 +45,7 @@ def crd_manifest(kind: Kind) -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "schema": {"openAPIV3Schema": schema},
-                    "subresources": {"status": {}},
+                    "subresources": {**({"scale": dict(kind.scale)} if kind.scale else {}), "status": {}},
                     "additionalPrinterColumns": [dict(c) for c in kind.printer_columns],
                 }
             ],

@@ -20,7 +20,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
+from provisioning.crd.labels import NODEPOOL
 from provisioning.disruption import balanced, budgets
 from provisioning.disruption.candidates import (
     consolidation_order,
@@ -44,9 +46,11 @@ from provisioning.disruption.model import (
 )
 from provisioning.disruption.pricing import price_replacement, worst_launch_price
 from provisioning.disruption.simulation import Solve, simulate
+from provisioning.disruption.static import drift_replacements
 from provisioning.disruption.text import duration, money, nodes_phrase, plural
 from provisioning.scheduling.plan import ClaimPlan
 from provisioning.scheduling.snapshot import Snapshot
+from provisioning.scheduling.static import PoolCount, node_limit, template_claim, unlaunchable
 
 MAX_MULTI_NODE_CANDIDATES = 100  # upstream's bound on one multi-node consolidation
 EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE = (
@@ -289,6 +293,9 @@ class _Round:
     # ------------------------------------------------------------------ 3. drift
 
     def _drift(self, open_: Sequence[Candidate]) -> list[Command]:
+        static = self._static_drift(open_)
+        if static:
+            return static
         budget = _Budget(self, DRIFTED)
         drifted = []
 
@@ -296,7 +303,7 @@ class _Round:
         def order(c: Candidate) -> tuple:
             return (not c.empty, c.drifted_at if c.drifted_at is not None else c.created_at, c.created_at, c.name)
 
-        for c in sorted((c for c in open_ if c.drift_reason), key=order):
+        for c in sorted((c for c in open_ if c.drift_reason and not self.policies[c.nodepool].static), key=order):
             why = self._drift_blocked(c)
             if why:
                 self.note(c, why, final=True)
@@ -322,12 +329,72 @@ class _Round:
             return [self._drift_command(c, simulation.plan.claims)]
         return []
 
+    def _static_drift(self, open_: Sequence[Candidate]) -> list[Command]:
+        """Upstream's StaticDrift: a static NodePool's drifted nodes, each replaced one for one
+        by a claim of its template (no simulation), within its Drifted budget and limits.nodes,
+        and none while the pool runs more nodes than its replicas (``disruption.static``)."""
+        budget = _Budget(self, DRIFTED)
+        statics = {s.pool.name: s for s in self.cluster.static_nodepools}
+        by_pool: dict[str, list[Candidate]] = {}
+
+        def order(c: Candidate) -> tuple:
+            return (c.drifted_at if c.drifted_at is not None else c.created_at, c.created_at, c.name)
+
+        for c in sorted((c for c in open_ if c.drift_reason and self.policies[c.nodepool].static), key=order):
+            why = self._drift_blocked(c)
+            if why:
+                self.note(c, why, final=True)
+            elif c.nodepool not in statics:
+                why = f"drifted ({c.drift_reason}) but NodePool {c.nodepool} offers nothing to launch"
+                self.note(c, why, final=True)
+            else:
+                by_pool.setdefault(c.nodepool, []).append(c)
+        commands = []
+        for name, drifted in sorted(by_pool.items()):
+            pool = statics[name]
+            count = self._static_count(name)
+            if self.recheck:
+                # The command holds the room it was planned with (its pool's other commands,
+                # started since, count it as theirs): only its node and budget are asked again.
+                granted, why = min(budget.left(name), len(drifted)), "its Drifted budget allows no more disruptions now"
+            else:
+                granted, why = drift_replacements(
+                    pool.replicas, count, node_limit(pool.pool.limits), budget.left(name), len(drifted)
+                )
+            claim = template_claim(pool.pool) if granted else None
+            if granted and claim is None:
+                granted, why = 0, unlaunchable(pool.pool)
+            for c in drifted[:granted]:
+                budget.take(c)
+                commands.append(self._static_drift_command(c, claim))  # type: ignore[arg-type]
+            for c in drifted[granted:]:
+                self.note(c, f"drifted ({c.drift_reason}) but not replaced now: {why or 'budget or limit'}", final=True)
+        return commands
+
+    def _static_count(self, pool: str) -> PoolCount:
+        """A static NodePool's claims: its nodes (those being disrupted pending disruption) and its
+        claims in flight (in the snapshot as nodes that are no candidates: not registered yet)."""
+        members = self.pool_nodes.get(pool, [])
+        names = {c.name for c in members}
+        in_flight = sum(1 for n in self.cluster.nodes if n.labels.get(NODEPOOL) == pool and n.name not in names)
+        disrupting = sum(1 for c in members if c.disrupting)
+        return PoolCount(running=len(members) - disrupting + in_flight, pending_disruption=disrupting)
+
+    def _static_drift_command(self, c: Candidate, claim: ClaimPlan) -> Command:
+        replacement = replace(claim, name=f"{c.nodepool}-replacement")
+        chosen = replacement.chosen
+        moving = "" if not c.pods else f"; its {describe_pods(c)} move"
+        text = (
+            f"{nodes_phrase([c])} drifted ({c.drift_reason}): replaced one for one, as NodePool {c.nodepool} is "
+            f"static, by a new node of its template ({chosen.instance_type} {chosen.capacity_type} "
+            f"{money(chosen.price)}/h){moving}"
+        )
+        return Command(DRIFTED, (c.name,), (replacement,), c.price_per_hour - chosen.price, text)
+
     def _drift_blocked(self, c: Candidate) -> str | None:
         policy = self.policies[c.nodepool]
         if not c.initialized:
             return "not initialized yet: only initialized nodes are disrupted"
-        if policy.static:
-            return f"NodePool {policy.name} is static (spec.replicas): its drifted nodes are not replaced by drift"
         # A terminationGracePeriod bounds how long pods may hold a drifted node, so pod-level
         # blocks (do-not-disrupt pods, PDBs) give way; the node's own annotation never does.
         overridden = c.blocked_by_pods_only and grace_period(c, policy) is not None

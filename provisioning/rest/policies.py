@@ -26,7 +26,7 @@ from rest_framework.views import APIView
 from provisioning.models import RESOURCE_MODELS, AuditEntry, CustomResource
 from provisioning.rest import errors
 from provisioning.rest.formats import merge_patch
-from provisioning.rest.schema import ERRORS, MANIFEST, STATUS
+from provisioning.rest.schema import ERRORS, MANIFEST, SCALE, STATUS
 from provisioning.services import policy
 
 DRY_RUN = OpenApiParameter(
@@ -273,3 +273,98 @@ def views_for(kind: str, plural: str, example: str) -> tuple[type[PolicyList], t
 NodePoolList, NodePoolDetail = views_for("NodePool", "nodepools", "general")
 EC2NodeClassList, EC2NodeClassDetail = views_for("EC2NodeClass", "ec2nodeclasses", "default")
 NodeOverlayList, NodeOverlayDetail = views_for("NodeOverlay", "nodeoverlays", "savings-plan")
+
+
+# ------------------------------------------------------------------ the scale subresource
+
+
+def scale_of(obj: CustomResource) -> dict[str, Any]:
+    """The NodePool's ``autoscaling/v1`` Scale, as the API server builds it from the CRD's scale
+    subresource (a NodePool without spec.replicas reads as 0, as the API server reads a missing
+    specReplicasPath; setting it then is the static↔dynamic switch the validator refuses)."""
+    manifest = obj.to_manifest()
+    return {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {
+            "name": obj.name,
+            "uid": str(obj.uid),
+            "resourceVersion": str(obj.resource_version),
+            "creationTimestamp": manifest.get("metadata", {}).get("creationTimestamp"),
+        },
+        "spec": {"replicas": int(obj.spec.get("replicas") or 0)},
+        "status": {"replicas": int((obj.status or {}).get("nodes") or 0)},
+    }
+
+
+def _replicas(scale: dict[str, Any]) -> Any:
+    """``spec.replicas`` of a Scale sent in (the validator checks it once it is the NodePool's)."""
+    sent = scale.get("kind")
+    if sent is not None and sent != "Scale":
+        raise ParseError(f"kind: this endpoint takes Scale (autoscaling/v1), not {sent!r}")
+    spec = scale.get("spec")
+    if not isinstance(spec, dict) or "replicas" not in spec:
+        raise ParseError("spec.replicas: required, an integer of at least 0")
+    return spec["replicas"]
+
+
+@extend_schema_view(
+    get=extend_schema(operation_id="nodepools_scale_read", tags=["nodepools"]),
+    put=extend_schema(operation_id="nodepools_scale_replace", tags=["nodepools"]),
+    patch=extend_schema(operation_id="nodepools_scale_patch", tags=["nodepools"]),
+)
+class NodePoolScale(PolicyDetail):
+    """``nodepools/NAME/scale/``: the scale subresource, what ``kubectl scale nodepool NAME
+    --replicas=N`` reads and writes. A write names the version it read (the Scale's
+    metadata.resourceVersion or If-Match; 428 without, 409 when stale) and goes through the
+    validator as any change of the NodePool does."""
+
+    kind = "NodePool"
+    http_method_names = ["get", "put", "patch", "head", "options"]
+
+    def _scaled(self, request: Request, obj: CustomResource, replicas: Any, expected: str | None) -> Response:
+        document = obj.to_manifest()
+        document.pop("status", None)
+        document["spec"] = {**document.get("spec", {}), "replicas": replicas}
+        response = self._write(request, document, create=False, expected=expected)
+        if response.status_code != 200:
+            return response
+        warnings = {k: v for k, v in response.items() if k == "Warning"}
+        if _dry_run(request):  # what the Scale would be; nothing saved
+            scale = scale_of(obj)
+            scale["spec"]["replicas"] = response.data["spec"]["replicas"]
+            return Response(scale, headers=warnings)
+        fresh = self._get(obj.name)
+        return Response(scale_of(fresh), headers={**warnings, "ETag": _etag(fresh)})
+
+    @extend_schema(summary="Read the scale", responses={200: SCALE, 404: STATUS, **ERRORS})
+    def get(self, request: Request, name: str) -> Response:
+        obj = self._get(name)
+        return Response(scale_of(obj), headers={"ETag": _etag(obj)})
+
+    @extend_schema(
+        summary="Replace the scale",
+        request=SCALE,
+        parameters=[DRY_RUN, IF_MATCH],
+        responses={200: SCALE, 404: STATUS, 409: STATUS, 422: STATUS, 428: STATUS, **ERRORS},
+    )
+    def put(self, request: Request, name: str) -> Response:
+        obj = self._get(name)
+        scale = self._same_name(_one_document(request.data), name)
+        return self._scaled(request, obj, _replicas(scale), _expected_version(request, scale))
+
+    @extend_schema(
+        summary="Merge patch the scale",
+        description='RFC 7386 JSON merge patch of the Scale, e.g. {"spec": {"replicas": 3}}.',
+        request=OpenApiTypes.OBJECT,
+        parameters=[DRY_RUN, IF_MATCH],
+        responses={200: SCALE, 404: STATUS, 409: STATUS, 422: STATUS, 428: STATUS, **ERRORS},
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        obj = self._get(name)
+        patch = _one_document(request.data)
+        if request.content_type.startswith("application/json-patch+json"):
+            raise UnsupportedMediaType(request.content_type, "JSON patch is not supported; send a merge patch")
+        expected = _expected_version(request, patch) or str(obj.resource_version)
+        merged = self._same_name(merge_patch(scale_of(obj), patch), name)
+        return self._scaled(request, obj, _replicas(merged), expected)

@@ -17,6 +17,25 @@ MANIFEST = inline_serializer(
     },
 )
 
+SCALE = inline_serializer(
+    "Scale",
+    {
+        "apiVersion": serializers.CharField(help_text="autoscaling/v1", required=False),
+        "kind": serializers.CharField(help_text="Scale", required=False),
+        "metadata": serializers.DictField(
+            help_text="name, uid, resourceVersion (name the one you read on a write), creationTimestamp", required=False
+        ),
+        "spec": inline_serializer(
+            "ScaleSpec", {"replicas": serializers.IntegerField(min_value=0, help_text="the NodePool's spec.replicas")}
+        ),
+        "status": inline_serializer(
+            "ScaleStatus",
+            {"replicas": serializers.IntegerField(help_text="the NodePool's status.nodes: its NodeClaims now")},
+            required=False,
+        ),
+    },
+)
+
 _CAUSE = inline_serializer("StatusCause", {"field": serializers.CharField(), "message": serializers.CharField()})
 
 STATUS = inline_serializer(

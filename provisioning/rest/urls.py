@@ -15,6 +15,7 @@ router.register("disruptions", cluster.DisruptionViewSet, basename="disruption")
 v1 = [
     path("nodepools/", policies.NodePoolList.as_view(), name="nodepool-list"),
     path("nodepools/<str:name>/", policies.NodePoolDetail.as_view(), name="nodepool-detail"),
+    path("nodepools/<str:name>/scale/", policies.NodePoolScale.as_view(), name="nodepool-scale"),
     path("ec2nodeclasses/", policies.EC2NodeClassList.as_view(), name="ec2nodeclass-list"),
     path("ec2nodeclasses/<str:name>/", policies.EC2NodeClassDetail.as_view(), name="ec2nodeclass-detail"),
     path("nodeoverlays/", policies.NodeOverlayList.as_view(), name="nodeoverlay-list"),

@@ -33,6 +33,15 @@ class NodePoolInput:
 
 
 @dataclass(frozen=True)
+class StaticPool:
+    """A static NodePool (``spec.replicas``): the solver never places pods on new claims of
+    it, but its nodes exist, and ``provisioning.scheduling.static`` keeps ``replicas`` of them."""
+
+    pool: NodePoolInput
+    replicas: int
+
+
+@dataclass(frozen=True)
 class Snapshot:
     pods: tuple[Pod, ...]
     nodepools: tuple[NodePoolInput, ...]
@@ -49,3 +58,5 @@ class Snapshot:
     # Upstream's --min-values-policy: Strict (a claim meets every minValues or is not made) or
     # BestEffort (minValues are relaxed as far as needed, and the claim says so).
     min_values_policy: str = "Strict"
+    # The static NodePools, kept apart from ``nodepools``: no pod opens a claim of one.
+    static_nodepools: tuple[StaticPool, ...] = ()

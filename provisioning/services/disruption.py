@@ -121,9 +121,7 @@ def _release_strays() -> None:
             log.info("node %s: removed a karpenter.sh/disrupted taint no disruption in progress explains", node.name)
 
 
-def plan(
-    now=None, recheck: Disruption | None = None, after: str | None = None, round_started: float | None = None
-):
+def plan(now=None, recheck: Disruption | None = None, after: str | None = None, round_started: float | None = None):
     """The planners' view of the cluster now; also writes each node's note for the dashboard.
 
     ``recheck``: a planned command being validated. Only its nodes may be chosen then (the
@@ -325,7 +323,8 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
     def offered_types(snapshot, name: str):
         """A NodePool as the snapshot offers it and its instance types by name, read once."""
         if name not in by_pool:
-            offered = next((p for p in snapshot.nodepools if p.name == name), None)
+            pools = (*snapshot.nodepools, *(s.pool for s in snapshot.static_nodepools))
+            offered = next((p for p in pools if p.name == name), None)
             by_pool[name] = (offered, {t.name: t for t in offered.instance_types} if offered else {})
         return by_pool[name]
 
@@ -585,12 +584,15 @@ def advance(disruption: Disruption, now, *, waiting_nodes: int | None = None, dr
             return _give_up(disruption, now, why)
         if waiting:
             events.record([events.waiting_readiness(c) for c in waiting], get_cluster())
-        elif disruption.move(
-            Disruption.State.REPLACING,
-            Disruption.State.DRAINING,
-            drain_started_at=now,
-            pods_displaced=_displaced(disruption.nodes),
-        ) and drain:
+        elif (
+            disruption.move(
+                Disruption.State.REPLACING,
+                Disruption.State.DRAINING,
+                drain_started_at=now,
+                pods_displaced=_displaced(disruption.nodes),
+            )
+            and drain
+        ):
             _drain(disruption, now)
     elif disruption.state == Disruption.State.DRAINING and drain:
         _drain(disruption, now)

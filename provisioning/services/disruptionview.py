@@ -192,8 +192,7 @@ def what_if(
     picture = read_picture(documents, now=now, claim_of=claim_of, last_pod_change=last_change, catalog=catalog)
     # consolidateAfter counts from the later of the node's creation and its newest pod's.
     candidates = [
-        replace(c, last_pod_change_at=max(c.created_at, changes.get(c.name, c.created_at)))
-        for c in picture.candidates
+        replace(c, last_pod_change_at=max(c.created_at, changes.get(c.name, c.created_at))) for c in picture.candidates
     ]
     result = planner.plan(candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot)
     return answer(picture, candidates, result, time.perf_counter() - started), picture.notes
@@ -209,6 +208,14 @@ def answer(picture: Picture, candidates: list[Candidate], result: Any, seconds: 
         else:
             nodes.append({"name": c.name, "candidate": False, "reason": result.not_candidates.get(c.name, "")})
     nodes += [{"name": name, "candidate": False, "reason": why} for name, why in picture.left_out.items()]
+    statics = [
+        {
+            "nodePool": s.pool.name,
+            "replicas": s.replicas,
+            "nodes": sum(1 for c in candidates if c.nodepool == s.pool.name),
+        }
+        for s in picture.snapshot.static_nodepools
+    ]
     return {
         "commands": [
             {
@@ -230,6 +237,7 @@ def answer(picture: Picture, candidates: list[Candidate], result: Any, seconds: 
             for command in result.commands
         ],
         "nodes": sorted(nodes, key=lambda n: n["name"]),
+        **({"staticNodePools": statics} if statics else {}),  # only when there are: the shape is otherwise as it was
         "stats": {"nodes": len(nodes), "pods": picture.pods, "seconds": round(seconds, 3)},
     }
 
@@ -248,6 +256,11 @@ def what_if_table(result: Mapping[str, Any]) -> str:
             )
     if not result["commands"]:
         lines.append("no disruption now")
+    for static in result.get("staticNodePools", ()):
+        lines.append(
+            f"static NodePool {static['nodePool']}: {static['nodes']} of {static['replicas']} replicas; never "
+            f"consolidated, drifted nodes replaced one for one"
+        )
     lines.append("")
     for node in result["nodes"]:
         mark = "*" if node["candidate"] else "-"

@@ -537,10 +537,21 @@ def create_claims(planned: Sequence[ClaimPlan], *, decision=None, disruption=Non
         return hashes[nodepool, nodeclass]
 
     claims = [_claim(c, nodepools.get(c.nodepool), decision, disruption, hashes_of) for c in planned]
+    _unique_names(claims)
     launches = launchbatch.plan_launches(claims)  # before the insert, which stores their batches
     NodeClaim.objects.bulk_create(claims)
     transaction.on_commit(lambda: launchbatch.dispatch(launches))
     return claims
+
+
+def _unique_names(claims: Sequence[NodeClaim]) -> None:
+    """Three random bytes name a claim; among hundreds at once (a static NodePool scaled up)
+    two may draw the same, or one a live claim's: those draw again."""
+    taken = set(NodeClaim.objects.filter(name__in=[c.name for c in claims]).values_list("name", flat=True))
+    for claim in claims:
+        while claim.name in taken:
+            claim.name = f"{claim.nodepool_name}-{secrets.token_hex(3)}"
+        taken.add(claim.name)
 
 
 def _claim(planned: ClaimPlan, nodepool: NodePool | None, decision, disruption, hashes_of) -> NodeClaim:

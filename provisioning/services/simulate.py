@@ -42,7 +42,8 @@ from provisioning.scheduling.plan import ClaimPlan, Plan
 from provisioning.scheduling.pods import PodError
 from provisioning.scheduling.quantity import QuantityError, to_int
 from provisioning.scheduling.requirements import Requirement, Requirements
-from provisioning.scheduling.snapshot import NodePoolInput, Snapshot
+from provisioning.scheduling.snapshot import NodePoolInput, Snapshot, StaticPool
+from provisioning.scheduling.static import StaticPlan, plan_static
 from provisioning.scheduling.taints import taints_from_list
 from provisioning.scheduling.workloads import ExistingNode, Workloads, describe, expand_all
 
@@ -155,6 +156,7 @@ def read_cluster(
     if not nodepools:
         notes.append("no NodePool in the input: no NodeClaim can be planned")
     nodes = _fill_uninitialized(nodes, inputs)
+    inputs, static = _split_static(inputs, dict(nodepools), notes)
 
     listed = {node.name for node in workloads.nodes}
     for pod in workloads.pods:
@@ -180,8 +182,29 @@ def read_cluster(
         namespaces=dict(workloads.namespaces),
         preference_policy=preference_policy or policy["preference_policy"],
         min_values_policy=min_values_policy or policy["min_values_policy"],
+        static_nodepools=tuple(static),
     )
     return snapshot, notes, workloads
+
+
+def _split_static(
+    inputs: list[NodePoolInput], specs: Mapping[str, dict[str, Any]], notes: list[str]
+) -> tuple[list[NodePoolInput], list[StaticPool]]:
+    """The dynamic NodePools (the solver's) and the static ones (``spec.replicas``): no pod
+    opens a claim of a static NodePool; its nodes are counted like any others."""
+    dynamic, static = [], []
+    for pool in inputs:
+        replicas = specs.get(pool.name, {}).get("replicas")
+        if replicas is None:
+            dynamic.append(pool)
+            continue
+        static.append(StaticPool(pool, int(replicas)))
+        running = pool.in_use.get("nodes", 0)
+        notes.append(
+            f"NodePool {pool.name}: static (spec.replicas {int(replicas)}, {running} running): it keeps its nodes "
+            f"and is never consolidated; pending pods open no NodeClaims of it"
+        )
+    return dynamic, static
 
 
 def scheduling_policy() -> dict[str, Any]:
@@ -428,9 +451,6 @@ def _nodepool_input(
     require_nodeclass: bool = False,
 ) -> NodePoolInput | None:
     where = f"NodePool {name}"
-    if spec.get("replicas") is not None:
-        notes.append(f"{where}: a static NodePool (spec.replicas) launches no NodeClaims for pods; left out")
-        return None
     template = spec.get("template") or {}
     tspec = template.get("spec") or {}
     labels = {key: str(value) for key, value in ((template.get("metadata") or {}).get("labels") or {}).items()}
@@ -584,13 +604,39 @@ def plan_to_json(plan: Plan, snapshot: Snapshot, violations: Sequence[Any] | Non
         }
         for claim in plan.claims
     ]
+    statics = plan_static(snapshot.static_nodepools)
+    # Only when there are static NodePools, so the shape of a plan without any is unchanged.
+    static_part = {"staticNodePools": [_static_json(s) for s in statics]} if statics else {}
     return {
         "nodeClaims": claims,
         "existingNodes": existing_nodes,
         "unschedulable": [{"pod": pod, "reason": reason} for pod, reason in _unschedulable(plan, snapshot)],
-        "totalPricePerHour": _price(sum(claim.price for claim in plan.claims)),
+        **static_part,
+        "totalPricePerHour": _price(sum(claim.price for claim in plan.claims) + sum(s.price for s in statics)),
         "stats": {"pods": len(snapshot.pods), "solveSeconds": round(float(plan.solve_seconds), 6)},
         "violations": [{"kind": v.kind, "nodeClaim": v.node, "pod": v.pod, "message": v.message} for v in violations],
+    }
+
+
+def _static_json(static: StaticPlan) -> dict[str, Any]:
+    """A static NodePool as ``simulate`` reports it: its replicas, its nodes now, what
+    scale-up would launch (template claims, no pods) and scale-down remove."""
+    return {
+        "nodePool": static.nodepool,
+        "replicas": static.replicas,
+        "nodes": static.running,
+        "nodeLimit": static.node_limit,
+        "launch": [
+            {
+                "instanceType": claim.chosen.instance_type,
+                "capacityType": claim.chosen.capacity_type,
+                "zone": claim.chosen.zone,
+                "pricePerHour": _price(claim.price),
+            }
+            for claim in static.launch
+        ],
+        "remove": static.remove,
+        "note": static.note,
     }
 
 
@@ -641,12 +687,33 @@ def plan_to_table(plan: Plan, snapshot: Snapshot | None = None) -> str:
     if unschedulable:
         lines.append("")
         lines += _columns(("UNSCHEDULABLE POD", "REASON"), unschedulable)
+    statics = plan_static(snapshot.static_nodepools) if snapshot is not None else []
+    if statics:
+        lines.append("")
+        rows = [
+            (
+                s.nodepool,
+                str(s.replicas),
+                str(s.running),
+                str(len(s.launch)),
+                str(s.remove),
+                s.launch[0].chosen.instance_type if s.launch else "-",
+                f"{s.price:.4f}",
+                s.note,
+            )
+            for s in statics
+        ]
+        header = ("STATIC NODEPOOL", "REPLICAS", "NODES", "TO LAUNCH", "TO REMOVE", "INSTANCE TYPE", "$/HOUR", "NOTE")
+        lines += _columns(header, rows, right=frozenset({1, 2, 3, 4, 6}))
+        total += sum(s.price for s in statics)
     on_claims = sum(len(claim.pods) for claim in plan.claims)
     on_nodes = sum(len(pods) for _, pods in placed)
     lines.append("")
     claims = f"{len(plan.claims)} NodeClaim{'' if len(plan.claims) == 1 else 's'}"
+    launching = sum(len(s.launch) for s in statics)
+    static_part = f" and {launching} for static NodePools" if launching else ""
     lines.append(
-        f"Plan: {claims} to launch for {on_claims} pods, {on_nodes} pods on existing nodes, "
+        f"Plan: {claims} to launch for {on_claims} pods{static_part}, {on_nodes} pods on existing nodes, "
         f"{len(unschedulable)} unschedulable."
     )
     lines.append(f"Total: ${total:,.4f}/hour, ${total * HOURS_PER_MONTH:,.2f}/month ({HOURS_PER_MONTH} h).")

@@ -612,3 +612,11 @@ class DeleteForm(forms.Form):
     """Deleting is checked against the version the person saw, like any other change."""
 
     expected_version = forms.CharField(widget=forms.HiddenInput)
+
+
+class ReplicasForm(forms.Form):
+    """A static NodePool's replicas (what ``kubectl scale`` sets), checked against the version
+    the person saw, like any other change."""
+
+    replicas = forms.IntegerField(min_value=0, label="Replicas")
+    expected_version = forms.CharField(widget=forms.HiddenInput)

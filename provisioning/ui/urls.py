@@ -21,6 +21,7 @@ urlpatterns = [
     path("policies/new/<str:kind>/", policy_edit.policy_create, name="policy-create"),
     path("policies/new/<str:kind>/validate/", policy_edit.policy_validate, name="policy-create-validate"),
     path("policies/<str:kind>/<str:name>/", policies.policy_detail, name="policy-detail"),
+    path("policies/NodePool/<str:name>/replicas/", policies.policy_scale, name="policy-scale"),
     path("policies/<str:kind>/<str:name>/edit/", policy_edit.policy_edit, name="policy-edit"),
     path("policies/<str:kind>/<str:name>/validate/", policy_edit.policy_validate, name="policy-validate"),
     path("policies/<str:kind>/<str:name>/delete/", policies.policy_delete, name="policy-delete"),

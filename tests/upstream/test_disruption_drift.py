@@ -601,7 +601,9 @@ def test_should_not_consider_static_nodepool_for_drift(disruption_env: Disruptio
     """Drift / Static NodePool / should not consider static nodepool for drift
 
     Two drifted nodes of a static NodePool (spec.replicas 2), each with a small pod that fits
-    on the other: no Drifted command of a round names either."""
+    on the other: drift (the simulating method) takes neither, so neither is deleted onto the
+    other. Static drift (``test_disruption_staticdrift.py``) replaces them instead, each one for
+    one by a node of the NodePool's template, planned for no pod."""
     env = disruption_env
     static = node_pool("static")
     static["spec"]["replicas"] = 2
@@ -609,4 +611,9 @@ def test_should_not_consider_static_nodepool_for_drift(disruption_env: Disruptio
     nodes = {drifted_node(env, nodepool="static") for _ in range(2)}
     for node in nodes:
         env.pod(node=node, labels=APP)
-    assert not drift_chosen(env) & nodes
+    commands = [c for c in env.plan().commands if c.reason == DRIFTED and set(c.candidates) & nodes]
+    assert commands
+    for command in commands:
+        assert len(command.candidates) == 1
+        [replacement] = command.replacements
+        assert replacement.nodepool == "static" and replacement.pods == ()

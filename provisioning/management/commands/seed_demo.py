@@ -1,6 +1,6 @@
 """``manage.py seed_demo``: the demo policies for an empty platform (``make run`` only): an
-EC2NodeClass, a NodePool and a NodeOverlay; and the demo PodDisruptionBudget when the cluster
-is the simulated one."""
+EC2NodeClass, a NodePool, a static NodePool (``system``, two replicas) and a NodeOverlay; and
+the demo PodDisruptionBudget when the cluster is the simulated one."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ DEMO = Path(__file__).resolve().parents[2] / "demo" / "policies.yaml"
 
 class Command(BaseCommand):
     help = (
-        "Seed the demo EC2NodeClass, NodePool and NodeOverlay (and the simulated cluster's demo "
+        "Seed the demo EC2NodeClass, NodePools (one static) and NodeOverlay (and the simulated cluster's demo "
         "PodDisruptionBudget) into a platform that has never had policies."
     )
 

@@ -15,10 +15,19 @@ from django.views.decorators.http import require_http_methods, require_safe
 from provisioning.crd.manifest import dump_yaml
 from provisioning.models import RESOURCE_MODELS, AuditEntry, ClusterNode, EC2NodeClass, NodeOverlay, NodePool
 from provisioning.services import overlays
-from provisioning.services.policy import Conflict, NotFound, delete_resource, deletion_warnings, validate_manifest
+from provisioning.services.policy import (
+    Conflict,
+    Invalid,
+    NotFound,
+    apply_manifest,
+    delete_resource,
+    deletion_warnings,
+    validate_manifest,
+)
 from provisioning.ui import starters
 from provisioning.ui.access import EDITOR, VIEWER, role_required
-from provisioning.ui.forms import DeleteForm
+from provisioning.ui.forms import DeleteForm, ReplicasForm
+from provisioning.ui.htmx import wants_partial
 
 
 @dataclass
@@ -26,6 +35,11 @@ class NodePoolRow:
     pool: NodePool
     nodeclass: EC2NodeClass | None
     nodes: int
+
+    @property
+    def replicas(self) -> int | None:
+        """``spec.replicas`` of a static NodePool; None for a dynamic one."""
+        return self.pool.spec.get("replicas")
 
     @property
     def limits(self) -> str:
@@ -99,7 +113,62 @@ def policy_detail(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     if isinstance(obj, NodeOverlay):
         # What it does now, as the next plan will apply it (the status is at most a minute old).
         context["verdict"] = overlays.evaluate().get(obj.name)
+    if isinstance(obj, NodePool) and obj.spec.get("replicas") is not None:
+        context.update(_replicas_context(obj))
     return render(request, "provisioning/policies/detail.html", context)
+
+
+def _replicas_context(pool: NodePool, form: ReplicasForm | None = None, **extra: Any) -> dict[str, Any]:
+    """The Replicas card of a static NodePool: wanted, what it has (status.nodes), the form."""
+    initial = {"replicas": pool.spec.get("replicas"), "expected_version": pool.resource_version}
+    return {
+        "pool": pool,
+        "replicas": pool.spec.get("replicas"),
+        "current": (pool.status or {}).get("nodes", 0),
+        "replicas_form": form or ReplicasForm(initial=initial),
+        **extra,
+    }
+
+
+@require_http_methods(["POST"])
+@role_required(EDITOR)
+def policy_scale(request: HttpRequest, name: str) -> HttpResponse:
+    """Set a static NodePool's replicas (its scale, as ``kubectl scale``) through the validator;
+    with htmx, answer with the Replicas card only."""
+    pool = get_object_or_404(NodePool, name=name)
+    if pool.spec.get("replicas") is None:
+        raise Http404(f"NodePool {name} is not static (no spec.replicas)")
+    form = ReplicasForm(request.POST)
+    error = ""
+    if form.is_valid():
+        document = pool.to_manifest()
+        document.pop("status", None)
+        document["spec"] = {**document["spec"], "replicas": form.cleaned_data["replicas"]}
+        try:
+            apply_manifest(
+                document,
+                source=AuditEntry.Source.UI,
+                actor=request.user.get_username(),
+                expected_version=form.cleaned_data["expected_version"],
+            )
+        except Invalid as exc:
+            error = "; ".join(str(e) for e in exc.result.errors)
+        except Conflict as exc:
+            error = f"{exc}: the page shows the current version now; scale it again if you still want to"
+        else:
+            pool = NodePool.objects.get(name=name)
+            done = f"NodePool {name} scaled to {pool.spec['replicas']} replicas."
+            if not wants_partial(request):
+                messages.success(request, done)
+                return redirect("provisioning:policy-detail", "NodePool", name)
+            return render(request, "provisioning/policies/_replicas.html", _replicas_context(pool, scaled=done))
+    else:
+        error = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
+    if error and not wants_partial(request):
+        messages.error(request, error)
+        return redirect("provisioning:policy-detail", "NodePool", name)
+    pool = NodePool.objects.get(name=name)
+    return render(request, "provisioning/policies/_replicas.html", _replicas_context(pool, scale_error=error))
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
