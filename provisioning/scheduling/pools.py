@@ -62,7 +62,9 @@ class PoolModel:
             )
             if usable:
                 types.append(it)
-                offerings.append(tuple(sorted(usable, key=lambda o: (o.price, o.capacity_type, o.zone))))
+                offerings.append(
+                    tuple(sorted(usable, key=lambda o: (o.price, o.capacity_type, o.zone, o.reservation_id)))
+                )
         self.types = types
         self.offerings = offerings
         self.names = np.array([t.name for t in types], dtype=object)
@@ -267,8 +269,8 @@ class PoolModel:
             it = self.types[i]
             for o in self.offerings[i]:
                 if self._allowed(o, zone, ct):
-                    rows.append((float(o.price), rank, o.zone, o.capacity_type, it.name, o, it))
-        rows.sort(key=lambda row: row[:5])
+                    rows.append((float(o.price), rank, o.zone, o.capacity_type, it.name, o.reservation_id, o, it))
+        rows.sort(key=lambda row: row[:6])
         return [option(it, o) for *_, o, it in rows]
 
     def prices(self, requirements: Requirements) -> np.ndarray:
@@ -353,8 +355,15 @@ def option(it: InstanceType, offering: Offering) -> InstanceTypeOption:
     """A claim's option for one offering, with the NodeOverlays that priced it and its list
     price, and those that added to its type's capacity."""
     price = float(offering.price)  # type: ignore[arg-type]  (only priced offerings are options)
+    reservation = {}
+    if offering.reservation_id:
+        reservation = {
+            "reservation_id": offering.reservation_id,
+            "reservation_type": offering.reservation_type,
+            "reservation_interruptible": offering.reservation_interruptible,
+        }
     if not offering.overlays and not it.overlays:
-        return InstanceTypeOption(it.name, offering.capacity_type, offering.zone, price)
+        return InstanceTypeOption(it.name, offering.capacity_type, offering.zone, price, **reservation)
     return InstanceTypeOption(
         it.name,
         offering.capacity_type,
@@ -363,4 +372,5 @@ def option(it: InstanceType, offering: Offering) -> InstanceTypeOption:
         price_overlays=offering.overlays,
         list_price=offering.list_price if offering.overlays else None,
         capacity_overlays=it.overlays,
+        **reservation,
     )

@@ -1109,6 +1109,7 @@ class _Run:
                 continue
             claims.append(finished)
         claims = self._within_limits(claims, unschedulable)
+        claims = self._within_reservations(claims, unschedulable)
         existing = {b.name: tuple(p.key for p in b.pods[self._bound(b) :]) for b in self.bins}
         placed = {key for claim in claims for key in claim.pods} | {k for keys in existing.values() for k in keys}
         return Plan(
@@ -1120,6 +1121,41 @@ class _Run:
             stats={"pods": len(self.snapshot.pods), "strategy": self.strategy},
             order=tuple(key for key in self.order if key in placed),
         )
+
+    def _within_reservations(self, claims: list[ClaimPlan], unschedulable: dict[str, str]) -> list[ClaimPlan]:
+        """No capacity reservation is planned past the instances it has left (upstream's
+        ReservationManager): claims take their reserved option in order while the reservation
+        has room; after, its offerings are dropped from their options, so they launch as the
+        next cheapest (spot, on-demand), or, with nothing else allowed, their pods stay pending
+        saying why."""
+        left: dict[str, int] = {}
+        for pool in self.snapshot.nodepools:
+            for it in pool.instance_types:
+                for o in it.offerings:
+                    if o.reservation_id:
+                        left[o.reservation_id] = o.reservation_capacity
+        if not left:
+            return claims
+        out = []
+        for claim in claims:
+            full = {o.reservation_id for o in claim.options if o.reservation_id and left.get(o.reservation_id, 0) < 1}
+            if full:
+                options = tuple(o for o in claim.options if o.reservation_id not in full)
+                if not options:
+                    why = f"capacity reservation {', '.join(sorted(full))} has no instance left"
+                    for pod in claim.pods:
+                        unschedulable[pod] = f"NodePool {claim.nodepool}: {why}"
+                    continue
+                claim = replace(
+                    claim,
+                    options=options,
+                    why=_why_chosen(options[0], options, len(claim.pods), claim.requests),
+                    alternatives=_alternatives(options),
+                )
+            if claim.chosen.reservation_id:
+                left[claim.chosen.reservation_id] -= 1
+            out.append(claim)
+        return out
 
     def _within_limits(self, claims: list[ClaimPlan], unschedulable: dict[str, str]) -> list[ClaimPlan]:
         """Options that would take a NodePool past its limits, were every claim to launch as its
