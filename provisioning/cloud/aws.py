@@ -39,6 +39,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioning.cloud.base import (
     BatchLaunch,
+    CapacityReservation,
     CloudError,
     Image,
     Instance,
@@ -85,6 +86,8 @@ from provisioning.cloud.pricing import (
     parse_price_list,
     pricing_api_region,
 )
+from provisioning.cloud.reservations import from_ec2 as reservation_from_ec2
+from provisioning.cloud.reservations import queries as reservation_queries
 from provisioning.cloud.selectors import (
     alias_parameters,
     best_images,
@@ -261,7 +264,18 @@ class AWSCloud:
             images=tuple(images),
             instance_profile=profile,
             problems=tuple(problems),
+            capacity_reservations=self.capacity_reservations(spec.get("capacityReservationSelectorTerms") or []),
         )
+
+    def capacity_reservations(self, terms: list[dict[str, Any]]) -> tuple[CapacityReservation, ...]:
+        """The active reservations ``capacityReservationSelectorTerms`` select (each query of
+        ``reservations.queries`` once; terms are ORed), by id."""
+        found: dict[str, CapacityReservation] = {}
+        now = datetime.now(UTC)
+        for query in reservation_queries(terms):
+            for raw in self._pages(self.ec2, "describe_capacity_reservations", "CapacityReservations", **query):
+                found[raw["CapacityReservationId"]] = reservation_from_ec2(raw, now)
+        return tuple(sorted(found.values(), key=lambda r: r.id))
 
     def _resolve_subnets(self, terms: list[dict[str, Any]]) -> list[Subnet]:
         found: dict[str, Subnet] = {}
@@ -486,7 +500,9 @@ class AWSCloud:
             raise InsufficientCapacity(
                 f"NodeClaim {request.nodeclaim_name} has no {request.capacity_type} offering left to launch"
             )
-        if self.config.launch_api == "run-instances":
+        # A reservation is targeted by one RunInstances per reservation (CreateFleet would need a
+        # launch template per reservation, as upstream builds them).
+        if self.config.launch_api == "run-instances" or request.capacity_type == "reserved":
             return self._rebuilding_lost_templates(lambda: self._run_instances(request, self.plan(request)))
         return self._rebuilding_lost_templates(lambda: self._create_fleet(request, self.plan(request)))
 
@@ -608,6 +624,13 @@ class AWSCloud:
             # Its groups are the launch template's, as EC2 applies them (moto's answer has the
             # VPC's default group instead); drift compares them with the EC2NodeClass later.
             groups = tuple(g.id for g in request.nodeclass.security_groups)
+            if p.option.reservation_id:
+                return dataclasses.replace(
+                    instance,
+                    security_group_ids=groups,
+                    capacity_type="reserved",
+                    capacity_reservation_id=p.option.reservation_id,
+                )
             return dataclasses.replace(instance, security_group_ids=groups)
         raise insufficient_capacity(request, unique(exhausted), errors)
 

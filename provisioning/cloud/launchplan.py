@@ -33,15 +33,15 @@ def launch_options(request: LaunchRequest) -> list[LaunchOption]:
     options = sorted((o for o in request.options if o.capacity_type == request.capacity_type), key=lambda o: o.price)
     types: list[str] = []
     kept: list[LaunchOption] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     for option in options:
-        if (option.instance_type, option.zone) in seen:
+        if (option.instance_type, option.zone, option.reservation_id) in seen:
             continue
         if option.instance_type not in types:
             if len(types) >= MAX_INSTANCE_TYPES:
                 continue
             types.append(option.instance_type)
-        seen.add((option.instance_type, option.zone))
+        seen.add((option.instance_type, option.zone, option.reservation_id))
         kept.append(option)
     return kept
 
@@ -139,6 +139,14 @@ def run_instances_request(
             "MarketType": "spot",
             "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
         }
+    if planned.option.reservation_id:
+        # Into that reservation only (upstream's capacity-reservations-only targeting); a
+        # Capacity Block is its own market.
+        kwargs["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": planned.option.reservation_id}
+        }
+        if planned.option.reservation_type == "capacity-block":
+            kwargs["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
     return kwargs
 
 

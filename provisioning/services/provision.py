@@ -589,6 +589,10 @@ def option_row(option: InstanceTypeOption) -> dict[str, Any]:
         "capacityType": option.capacity_type,
         "price": option.price,
     }
+    if option.reservation_id:
+        row["capacityReservationId"] = option.reservation_id
+        row["capacityReservationType"] = option.reservation_type or "default"
+        row["capacityReservationInterruptible"] = option.reservation_interruptible
     if option.price_overlays:
         row["listPrice"] = option.listed
     if option.overlays:

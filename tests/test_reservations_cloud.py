@@ -1,0 +1,152 @@
+"""Capacity reservations against the simulated AWS (boto3 over HTTP, no patching): an
+EC2NodeClass's ``status.capacityReservations`` resolved from DescribeCapacityReservations, a
+reserved NodeClaim launched into its reservation with RunInstances and labelled with it, and a
+full reservation falling back like insufficient capacity."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from provisioning.cloud import ice
+from provisioning.models import EC2NodeClass, NodeClaim
+from provisioning.services import cloud as cloud_service
+from provisioning.services import connections, launchbatch
+from provisioning.services.policy import apply_manifest
+
+CLUSTER = "karpweb-reservations-test"
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def env(simulated_aws, redis_url, settings, monkeypatch, seed_ec2nodeclass, seed_nodepool):
+    for key, value in simulated_aws.env().items():
+        monkeypatch.setenv(key, value)
+    settings.REDIS_URL = redis_url
+    settings.AWS_REGION = simulated_aws.region
+    settings.KARPWEB_CLUSTER_NAME = CLUSTER
+    settings.KARPWEB_LAUNCH_API = "fleet"
+    connections.reset()
+    cloud_service.get_cloud.cache_clear()
+    cloud_service._resolved.clear()
+    redis = connections.get_redis()
+    for key in redis.scan_iter("karpweb:ice:*"):
+        redis.delete(key)
+    simulated_aws.delete_capacity_reservations()
+    seed_ec2nodeclass["spec"]["capacityReservationSelectorTerms"] = [{"tags": {"team": "ml"}}]
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    apply_manifest(seed_nodepool, source="cli")
+    yield simulated_aws
+    simulated_aws.delete_capacity_reservations()
+    connections.reset()
+    cloud_service.get_cloud.cache_clear()
+    cloud_service._resolved.clear()
+
+
+def reserved_claim(name: str, reservation_id: str, zone: str = "us-east-1a") -> NodeClaim:
+    return NodeClaim.objects.create(
+        name=name,
+        nodepool_name="general",
+        nodeclass_name="default",
+        spec={},
+        launch_options=[
+            {
+                "instanceType": "g5.xlarge",
+                "zone": zone,
+                "capacityType": "reserved",
+                "price": 1.006 / 10_000_000,
+                "capacityReservationId": reservation_id,
+                "capacityReservationType": "default",
+                "capacityReservationInterruptible": False,
+            },
+            {"instanceType": "g5.xlarge", "zone": zone, "capacityType": "spot", "price": 0.45},
+            {"instanceType": "g5.xlarge", "zone": zone, "capacityType": "on-demand", "price": 1.006},
+        ],
+    )
+
+
+def test_status_lists_the_reservations_the_selector_terms_select(env):
+    mine = env.create_capacity_reservation(
+        instanceType="g5.xlarge", availabilityZone="us-east-1a", count=2, tags={"team": "ml"}
+    )
+    env.create_capacity_reservation(instanceType="g5.xlarge", availabilityZone="us-east-1a", count=2)  # not tagged
+    block = env.create_capacity_reservation(
+        instanceType="p5.48xlarge",
+        availabilityZone="us-east-1b",
+        count=1,
+        tags={"team": "ml"},
+        reservationType="capacity-block",
+        interruptible=False,
+        endTime="2099-01-01T00:00:00Z",
+    )
+    cloud_service.resolve_nodeclass(EC2NodeClass.objects.get(name="default"))
+    status = EC2NodeClass.objects.get(name="default").status
+    by_id = {r["id"]: r for r in status["capacityReservations"]}
+    assert set(by_id) == {mine["id"], block["id"]}
+    assert by_id[mine["id"]] == {
+        "id": mine["id"],
+        "availabilityZone": "us-east-1a",
+        "instanceType": "g5.xlarge",
+        "ownerID": mine["ownerId"],
+        "instanceMatchCriteria": "targeted",
+        "reservationType": "default",
+        "interruptible": False,
+        "state": "active",
+        "availableInstanceCount": 2,
+    }
+    assert by_id[block["id"]]["reservationType"] == "capacity-block"
+    assert by_id[block["id"]]["endTime"] == "2099-01-01T00:00:00Z"
+
+
+def test_a_reserved_claim_launches_into_its_reservation_and_is_labelled(env):
+    made = env.create_capacity_reservation(
+        instanceType="g5.xlarge", availabilityZone="us-east-1a", count=1, tags={"team": "ml"}
+    )
+    c = reserved_claim("general-resv1", made["id"])
+    cloud_service.launch_nodeclaim(c.pk)
+    c.refresh_from_db()
+    assert (c.state, c.capacity_type, c.instance_type, c.zone) == ("launched", "reserved", "g5.xlarge", "us-east-1a")
+    assert c.node_labels()["karpenter.k8s.aws/capacity-reservation-id"] == made["id"]
+    assert c.node_labels()["karpenter.k8s.aws/capacity-reservation-type"] == "default"
+    assert c.node_labels()["karpenter.k8s.aws/capacity-reservation-interruptible"] == "false"
+    ec2 = boto3.client("ec2", **env.client_kwargs())
+    instance = ec2.describe_instances(InstanceIds=[c.instance_id])["Reservations"][0]["Instances"][0]
+    assert instance["CapacityReservationId"] == made["id"]
+    [after] = ec2.describe_capacity_reservations(CapacityReservationIds=[made["id"]])["CapacityReservations"]
+    assert after["AvailableInstanceCount"] == 0
+
+
+def test_a_full_reservation_is_marked_unavailable_and_the_claim_falls_back_to_spot(env):
+    made = env.create_capacity_reservation(
+        instanceType="g5.xlarge", availabilityZone="us-east-1a", count=1, tags={"team": "ml"}
+    )
+    first = reserved_claim("general-resv2", made["id"])
+    cloud_service.launch_nodeclaim(first.pk)
+    second = reserved_claim("general-resv3", made["id"])
+    cloud_service.launch_nodeclaim(second.pk)
+    second.refresh_from_db()
+    assert (second.state, second.capacity_type) == ("launched", "spot")
+    assert "karpenter.k8s.aws/capacity-reservation-id" not in second.node_labels()
+    marked = ice.unavailable_keys(connections.get_redis())
+    assert f"reserved:g5.xlarge:us-east-1a:{made['id']}" in marked
+
+
+def test_reserved_claims_never_share_a_fleet(env):
+    claims = [
+        NodeClaim(
+            name=f"general-b{i}",
+            nodepool_name="general",
+            nodeclass_name="default",
+            launch_options=[
+                {
+                    "instanceType": "g5.xlarge",
+                    "zone": "us-east-1a",
+                    "capacityType": "reserved",
+                    "price": 1e-7,
+                    "capacityReservationId": "cr-0abc",
+                }
+            ],
+        )
+        for i in range(2)
+    ]
+    assert [len(launch) for launch in launchbatch.plan_launches(claims)] == [1, 1]
