@@ -34,7 +34,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from provisioning import cluster
-from provisioning.cloud import messages
+from provisioning.cloud import messages, reservations
 from provisioning.cloud.base import MessageQueue, QueueMessage
 from provisioning.cloud.instancestatus import Unhealthy, unhealthy
 from provisioning.models import ClusterNode, Disruption, Interruption, NodeClaim, NodePool
@@ -184,6 +184,12 @@ def _act_on(instance_id: str, kind: str, now: datetime, common: dict, forceful: 
     if kind == messages.SPOT_INTERRUPTED and claim.instance_type and claim.zone:
         _mark_spot_unavailable(claim, kind)
         done.append(f"spot {claim.instance_type} in {claim.zone} avoided for {SPOT_UNAVAILABLE_SECONDS // 60} min")
+    if kind == messages.CAPACITY_RESERVATION_INTERRUPTED:
+        rid = claim.node_labels().get(reservations.RESERVATION_ID_LABEL) or (
+            node.manifest.get("metadata", {}).get("labels", {}).get(reservations.RESERVATION_ID_LABEL) if node else ""
+        )
+        if rid and mark_reservation_full(rid):
+            done.append(f"capacity reservation {rid} counted full until it is described again")
     if kind == messages.REBALANCE_RECOMMENDATION:
         allowed, why = _rebalance_allowed(claim, node, now)
         if not allowed:
@@ -225,6 +231,25 @@ def node_pods(node: str) -> list[str]:
     from provisioning.models import ClusterPod
 
     return [f"{ns}/{name}" for ns, name in ClusterPod.objects.filter(node_name=node).values_list("namespace", "name")]
+
+
+def mark_reservation_full(reservation_id: str) -> int:
+    """An interruptible reservation is being reclaimed: no EC2NodeClass offers it until the
+    next DescribeCapacityReservations says otherwise (upstream sets its available count to 0).
+    Returns the EC2NodeClasses changed."""
+    from provisioning.models import EC2NodeClass
+
+    changed = 0
+    for nodeclass in EC2NodeClass.objects.all():  # a few rows
+        status = dict(nodeclass.status or {})
+        entries = [
+            {**e, "availableInstanceCount": 0} if isinstance(e, dict) and e.get("id") == reservation_id else e
+            for e in status.get("capacityReservations") or []
+        ]
+        if entries != status.get("capacityReservations"):
+            status["capacityReservations"] = entries
+            changed += EC2NodeClass.objects.filter(pk=nodeclass.pk).update(status=status)
+    return changed
 
 
 def _mark_spot_unavailable(claim: NodeClaim, reason: str) -> None:
