@@ -102,8 +102,12 @@ def test_a_reserved_claim_launches_into_its_reservation_and_is_labelled(env):
     made = env.create_capacity_reservation(
         instanceType="g5.xlarge", availabilityZone="us-east-1a", count=1, tags={"team": "ml"}
     )
+    cloud_service.resolve_nodeclass(EC2NodeClass.objects.get(name="default"))
     c = reserved_claim("general-resv1", made["id"])
     cloud_service.launch_nodeclaim(c.pk)
+    # Counted taken on the status before EC2 is described again (upstream's MarkLaunched).
+    [entry] = EC2NodeClass.objects.get(name="default").status["capacityReservations"]
+    assert entry["availableInstanceCount"] == 0
     c.refresh_from_db()
     assert (c.state, c.capacity_type, c.instance_type, c.zone) == ("launched", "reserved", "g5.xlarge", "us-east-1a")
     assert c.node_labels()["karpenter.k8s.aws/capacity-reservation-id"] == made["id"]

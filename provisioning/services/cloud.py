@@ -179,6 +179,9 @@ def record_launched(claim: NodeClaim, instance: Instance) -> None:
         if instance.launched_with:
             spec["launched"] = instance.launched_with
         if instance.capacity_reservation_id:
+            from provisioning.services import reservations as reservation_counts
+
+            reservation_counts.mark_launched(instance.capacity_reservation_id)
             # Its node carries the reservation (upstream's capacity-reservation-* labels).
             option = _option_of(claim, instance.capacity_reservation_id)
             spec["labels"] = {

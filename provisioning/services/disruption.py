@@ -484,6 +484,7 @@ INVOLUNTARY = frozenset(
         "instance_stopped",
         "instance_terminated",
         "capacity_reservation_interrupted",
+        "capacity_block_expiring",
         "instance_status",
         "system_status",
         "event_status",

@@ -39,6 +39,7 @@ from provisioning.cloud.base import MessageQueue, QueueMessage
 from provisioning.cloud.instancestatus import Unhealthy, unhealthy
 from provisioning.models import ClusterNode, Disruption, Interruption, NodeClaim, NodePool
 from provisioning.services import events
+from provisioning.services import reservations as reservation_counts
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,7 @@ def _act_on(instance_id: str, kind: str, now: datetime, common: dict, forceful: 
         rid = claim.node_labels().get(reservations.RESERVATION_ID_LABEL) or (
             node.manifest.get("metadata", {}).get("labels", {}).get(reservations.RESERVATION_ID_LABEL) if node else ""
         )
-        if rid and mark_reservation_full(rid):
+        if rid and reservation_counts.mark_full(rid):
             done.append(f"capacity reservation {rid} counted full until it is described again")
     if kind == messages.REBALANCE_RECOMMENDATION:
         allowed, why = _rebalance_allowed(claim, node, now)
@@ -231,25 +232,6 @@ def node_pods(node: str) -> list[str]:
     from provisioning.models import ClusterPod
 
     return [f"{ns}/{name}" for ns, name in ClusterPod.objects.filter(node_name=node).values_list("namespace", "name")]
-
-
-def mark_reservation_full(reservation_id: str) -> int:
-    """An interruptible reservation is being reclaimed: no EC2NodeClass offers it until the
-    next DescribeCapacityReservations says otherwise (upstream sets its available count to 0).
-    Returns the EC2NodeClasses changed."""
-    from provisioning.models import EC2NodeClass
-
-    changed = 0
-    for nodeclass in EC2NodeClass.objects.all():  # a few rows
-        status = dict(nodeclass.status or {})
-        entries = [
-            {**e, "availableInstanceCount": 0} if isinstance(e, dict) and e.get("id") == reservation_id else e
-            for e in status.get("capacityReservations") or []
-        ]
-        if entries != status.get("capacityReservations"):
-            status["capacityReservations"] = entries
-            changed += EC2NodeClass.objects.filter(pk=nodeclass.pk).update(status=status)
-    return changed
 
 
 def _mark_spot_unavailable(claim: NodeClaim, reason: str) -> None:

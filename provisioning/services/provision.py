@@ -647,6 +647,11 @@ def terminate_claim(claim: NodeClaim, cloud) -> None:
     if claim.instance_id:
         with cloud_call("nodeclaim.termination", "Delete"):
             cloud.terminate(claim.instance_id)
+        reservation = claim.node_labels().get("karpenter.k8s.aws/capacity-reservation-id")
+        if reservation and claim.capacity_type == "reserved" and claim.state != NodeClaim.State.TERMINATED:
+            from provisioning.services import reservations
+
+            reservations.mark_terminated(reservation)
     if claim.node_name:
         get_cluster().delete_node(claim.node_name)
     ClusterPod.objects.filter(nominated=claim.name, node_name="").update(nominated="")
