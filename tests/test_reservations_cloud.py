@@ -5,6 +5,8 @@ full reservation falling back like insufficient capacity."""
 
 from __future__ import annotations
 
+import json
+
 import boto3
 import pytest
 
@@ -154,3 +156,26 @@ def test_reserved_claims_never_share_a_fleet(env):
         for i in range(2)
     ]
     assert [len(launch) for launch in launchbatch.plan_launches(claims)] == [1, 1]
+
+
+def test_a_reserved_instance_costs_its_committed_price_or_else_on_demand(env, seed_ec2nodeclass):
+    from provisioning.services.catalog import on_demand_prices
+
+    listed = on_demand_prices()["g5.xlarge"]
+    priced = env.create_capacity_reservation(
+        instanceType="g5.xlarge", availabilityZone="us-east-1a", count=1, tags={"team": "ml"}
+    )
+    unpriced = env.create_capacity_reservation(
+        instanceType="g5.xlarge", availabilityZone="us-east-1a", count=1, tags={"team": "ml"}
+    )
+    seed_ec2nodeclass["metadata"]["annotations"] = {
+        "karpweb.io/capacity-reservation-prices": json.dumps({priced["id"]: 0.62})
+    }
+    apply_manifest(seed_ec2nodeclass, source="cli")
+    assert EC2NodeClass.objects.get(name="default").annotations
+    first, second = reserved_claim("general-cost1", priced["id"]), reserved_claim("general-cost2", unpriced["id"])
+    for c in (first, second):
+        cloud_service.launch_nodeclaim(c.pk)
+        c.refresh_from_db()
+    assert (float(first.price_per_hour), float(first.list_price_per_hour)) == (0.62, listed)
+    assert (float(second.price_per_hour), float(second.list_price_per_hour)) == (listed, listed)

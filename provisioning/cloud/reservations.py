@@ -17,6 +17,8 @@ Pure: the EC2 calls are in ``aws.py``, the rows in ``services``.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,6 +34,31 @@ RESERVATION_TYPE_LABEL = "karpenter.k8s.aws/capacity-reservation-type"
 RESERVATION_INTERRUPTIBLE_LABEL = "karpenter.k8s.aws/capacity-reservation-interruptible"
 RESERVATION_LABELS = (RESERVATION_ID_LABEL, RESERVATION_TYPE_LABEL, RESERVATION_INTERRUPTIBLE_LABEL)
 PRICES_ANNOTATION = "karpweb.io/capacity-reservation-prices"
+_RESERVATION_ID = re.compile(r"cr-[0-9a-z]+")
+
+
+def committed_prices(annotations: Mapping[str, Any] | None) -> tuple[dict[str, float], str]:
+    """The EC2NodeClass's ``karpweb.io/capacity-reservation-prices`` annotation, JSON
+    ``{"cr-...": USD per hour}``: what each reservation costs per instance-hour as committed
+    (spend counts it instead of the on-demand price). The prices, and what is wrong with the
+    annotation ("" when nothing)."""
+    raw = (annotations or {}).get(PRICES_ANNOTATION)
+    if raw is None:
+        return {}, ""
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError as exc:
+        return {}, f"not JSON ({exc.msg})"
+    if not isinstance(data, dict):
+        return {}, 'expected a JSON object {"cr-...": USD per hour}'
+    prices: dict[str, float] = {}
+    for key, value in data.items():
+        if not _RESERVATION_ID.fullmatch(str(key)):
+            return {}, f"{json.dumps(key)} is not a capacity reservation id (^cr-[0-9a-z]+$)"
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value != value:
+            return {}, f"{key}: {json.dumps(value)} is not a price (a number of USD per hour, at least 0)"
+        prices[key] = float(value)
+    return prices, ""
 
 
 def queries(terms: Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:

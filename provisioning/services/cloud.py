@@ -162,6 +162,8 @@ def record_launched(claim: NodeClaim, instance: Instance) -> None:
     price, list_price = _price_of(
         claim, instance.instance_type, instance.zone, instance.capacity_type, instance.capacity_reservation_id
     )
+    if instance.capacity_reservation_id:
+        price, list_price = _reserved_price(claim, instance)
     if claim.move(
         NodeClaim.State.LAUNCHING,
         NodeClaim.State.LAUNCHED,
@@ -364,6 +366,24 @@ def _resolved_recently(nodeclass: EC2NodeClass, cloud: CloudProvider) -> Resolve
     resolved = resolve_nodeclass(nodeclass, cloud)
     _resolved[key] = (now + RESOLVED_TTL_SECONDS, resolved)
     return resolved
+
+
+def _reserved_price(claim: NodeClaim, instance: Instance) -> tuple[Decimal | None, Decimal | None]:
+    """What an instance in a reservation costs: the committed price the EC2NodeClass's
+    ``karpweb.io/capacity-reservation-prices`` gives for its reservation, else the on-demand
+    price (EC2 bills an ODCR at on-demand rates, used or not); its list price is on-demand.
+    (The solver's price, on-demand / 10^7, only orders offerings.)"""
+    from provisioning.services.catalog import on_demand_prices
+
+    listed = on_demand_prices().get(instance.instance_type)
+    nodeclass = EC2NodeClass.objects.filter(name=claim.nodeclass_name).first()
+    committed, _ = reservations.committed_prices(nodeclass.annotations if nodeclass else None)
+    paid = committed.get(instance.capacity_reservation_id, listed)
+    return _decimal(paid), _decimal(listed)
+
+
+def _decimal(value: float | None) -> Decimal | None:
+    return None if value is None else Decimal(str(value))
 
 
 def _option_of(claim: NodeClaim, reservation_id: str) -> dict[str, Any]:
