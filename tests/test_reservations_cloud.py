@@ -179,3 +179,16 @@ def test_a_reserved_instance_costs_its_committed_price_or_else_on_demand(env, se
         c.refresh_from_db()
     assert (float(first.price_per_hour), float(first.list_price_per_hour)) == (0.62, listed)
     assert (float(second.price_per_hour), float(second.list_price_per_hour)) == (listed, listed)
+
+
+def test_the_rest_api_shows_the_reservation_of_a_nodeclaim(env, client, django_user_model):
+    made = env.create_capacity_reservation(
+        instanceType="g5.xlarge", availabilityZone="us-east-1a", count=1, tags={"team": "ml"}
+    )
+    c = reserved_claim("general-rest1", made["id"])
+    cloud_service.launch_nodeclaim(c.pk)
+    client.force_login(django_user_model.objects.create_superuser("admin-r", password="x"))
+    answer = client.get("/api/v1/nodeclaims/?capacity_type=reserved").json()["results"]
+    assert [(r["name"], r["capacityType"], r["capacityReservationId"]) for r in answer] == [
+        ("general-rest1", "reserved", made["id"])
+    ]
