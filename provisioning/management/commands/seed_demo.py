@@ -1,6 +1,7 @@
-"""``manage.py seed_demo``: the demo policies for an empty platform (``make run`` only): an
-EC2NodeClass, a NodePool and a NodeOverlay; and the demo PodDisruptionBudget when the cluster
-is the simulated one."""
+"""``manage.py seed_demo``: the demo policies for an empty platform (``make run`` only): the
+EC2NodeClasses, NodePools and NodeOverlay of ``demo/policies.yaml``; the demo PodDisruptionBudget
+when the cluster is the simulated one; and, with the simulated AWS, the demo's capacity
+reservation (each run: the simulated AWS keeps nothing between runs)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args, **options):
+        if settings.KARPWEB_AWS == "simulated":
+            # The simulated AWS starts empty each time: its reservation is made again.
+            self.stdout.write(demo.seed_reservation())
         # A platform with any policy history is left alone: deleting the demo sticks.
         if any(m.objects.exists() for m in (NodePool, EC2NodeClass, NodeOverlay, AuditEntry)):
             return
