@@ -181,7 +181,7 @@ def test_a_reserved_instance_costs_its_committed_price_or_else_on_demand(env, se
     assert (float(second.price_per_hour), float(second.list_price_per_hour)) == (listed, listed)
 
 
-def test_the_rest_api_shows_the_reservation_of_a_nodeclaim(env, client, django_user_model):
+def test_the_rest_api_and_the_nodes_page_show_the_reservation_of_a_nodeclaim(env, client, django_user_model):
     made = env.create_capacity_reservation(
         instanceType="g5.xlarge", availabilityZone="us-east-1a", count=1, tags={"team": "ml"}
     )
@@ -192,3 +192,7 @@ def test_the_rest_api_shows_the_reservation_of_a_nodeclaim(env, client, django_u
     assert [(r["name"], r["capacityType"], r["capacityReservationId"]) for r in answer] == [
         ("general-rest1", "reserved", made["id"])
     ]
+    page = client.get("/nodes/?capacity_type=reserved").content.decode()
+    assert "general-rest1" in page and f"in {made['id']}" in page
+    detail = client.get("/nodes/general-rest1/").content.decode()
+    assert f"capacity reservation <strong>{made['id']}</strong>" in detail

@@ -131,7 +131,7 @@ class NodeClaimSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
     def get_capacityReservationId(self, claim: NodeClaim) -> str | None:  # noqa: N802  (DRF's naming)
-        return claim.node_labels().get("karpenter.k8s.aws/capacity-reservation-id") or None
+        return claim.capacity_reservation_id or None
 
 
 class NodeClaimFilter(django_filters.FilterSet):

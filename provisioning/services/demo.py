@@ -1,8 +1,9 @@
 """The demo workload of the simulated cluster: a few Deployments whose replicas follow
 slow waves, so a newcomer's ``make run`` shows launches, consolidation and spend moving (the
 on-demand ``cache`` priced through the demo's NodeOverlay, a Savings Plan; the GPU ``train``
-filling the demo's capacity reservation first), in four namespaces and labelled with the team that owns them (one is not, as in any real cluster), so the spend
-page has allocation by namespace and by team to show;
+filling the demo's capacity reservation first), in four namespaces and labelled with the team
+that owns them (one is not, as in any real cluster), so the spend page has allocation by
+namespace and by team to show;
 a PodDisruptionBudget on ``web`` (one pod unavailable at a time), so a drain of its nodes
 waits for each evicted pod to run again; and now and then a spot interruption of one of its
 spot nodes, sent through the simulated AWS as EC2 would send it, so the warning, the early
