@@ -167,3 +167,24 @@ def test_the_control_endpoint_refuses_junk_and_names_the_field(simulated_aws, re
     response = requests.post(f"{simulated_aws.endpoint_url}/_karpweb/capacity-reservations", json=payload, timeout=10)
     assert response.status_code == 400
     assert response.json()["error"]
+
+
+def test_a_capacity_block_launches_as_its_own_market(ec2, reservations, subnets, image_id):
+    block = reservations(
+        instanceType="p5.48xlarge",
+        availabilityZone="us-east-1b",
+        count=1,
+        reservationType="capacity-block",
+        endTime="2099-01-01T00:00:00Z",
+    )
+    instance = ec2.run_instances(
+        ImageId=image_id,
+        InstanceType="p5.48xlarge",
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=subnets["us-east-1b"],
+        InstanceMarketOptions={"MarketType": "capacity-block"},
+        CapacityReservationSpecification=target(block["id"]),
+    )["Instances"][0]
+    described = ec2.describe_instances(InstanceIds=[instance["InstanceId"]])["Reservations"][0]["Instances"][0]
+    assert described["CapacityReservationId"] == block["id"]
