@@ -204,3 +204,20 @@ def test_the_verifier_refuses_a_reservation_planned_past_its_count(catalog):
     [violation] = verify(snapshot, forced)
     assert violation.kind == RESERVATIONS
     assert violation.node == other.name
+
+
+def test_manage_py_simulate_reads_reservations_from_the_documents(tmp_path):
+    import io
+    import json
+
+    import yaml
+    from django.core.management import call_command
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all([nodeclass(reservation(count=1)), nodepool(), *gpu_pods(2)]))
+    out = io.StringIO()
+    call_command("simulate", "-f", str(path), "--format", "json", stdout=out)
+    claims = json.loads(out.getvalue())["nodeClaims"]
+    assert sorted(c["capacityType"] for c in claims) == ["reserved", "spot"]
+    [reserved] = [c for c in claims if c["capacityType"] == "reserved"]
+    assert reserved["capacityReservationId"] == "cr-0a1"
