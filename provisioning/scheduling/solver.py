@@ -38,7 +38,7 @@ from provisioning.scheduling.claimtable import ClaimTable
 from provisioning.scheduling.integral import pack
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
 from provisioning.scheduling.pods import Pod
-from provisioning.scheduling.pools import Daemon, PoolModel, pool_model
+from provisioning.scheduling.pools import Daemon, PoolModel, offer_allowed, offer_key, pool_model
 from provisioning.scheduling.preferences import Variant, variants
 from provisioning.scheduling.quantity import format_quantity
 from provisioning.scheduling.requirements import IN, Requirement, Requirements
@@ -232,10 +232,10 @@ class _Run:
             mask = model.type_mask(requirements)
             requirement = requirements.get(key)
             if key in (ZONE, CAPACITY_TYPE):
-                zone, ct = requirements.get(ZONE), requirements.get(CAPACITY_TYPE)
+                allowed = offer_key(requirements)
                 for i in np.flatnonzero(mask):
                     for o in model.offerings[i]:
-                        if (zone is None or zone.has(o.zone)) and (ct is None or ct.has(o.capacity_type)):
+                        if offer_allowed(o, allowed):
                             values.add(o.zone if key == ZONE else o.capacity_type)
             elif key in model.type_label_keys:
                 for value in set(model.label_values(key)[mask]):
@@ -1076,13 +1076,13 @@ class _Run:
         those are priced and sorted once, and each claim keeps the first that hold it."""
         model = b.pool
         assert model is not None and b.idx is not None
-        zone, capacity_type = b.requirements.get(ZONE), b.requirements.get(CAPACITY_TYPE)
-        key = (model.name, b.idx.tobytes(), zone, capacity_type)
+        offers = offer_key(b.requirements)
+        key = (model.name, b.idx.tobytes(), offers)
         order = self._price_orders.get(key)
         if order is None:
             order = self._price_orders[key] = model.by_price(b.idx, b.requirements)
         kept = _first_holding(model.usable, order, b.used, limit)
-        key = (model.name, kept.tobytes(), zone, capacity_type)
+        key = (model.name, kept.tobytes(), offers)
         found = self._options.get(key)
         if found is None:
             # One tuple shared by the claims opened alike (readers of the plan may key on it).

@@ -42,6 +42,7 @@ from provisioning.scheduling.instancetypes import InstanceType
 from provisioning.scheduling.labelselector import LabelSelector
 from provisioning.scheduling.plan import ClaimPlan, Plan
 from provisioning.scheduling.pods import Pod, PodAffinityTerm, TopologySpreadConstraint
+from provisioning.scheduling.pools import RESERVATION_KEYS
 from provisioning.scheduling.requirements import Requirements
 from provisioning.scheduling.snapshot import NodePoolInput, Snapshot
 from provisioning.scheduling.taints import Taint, untolerated
@@ -788,6 +789,14 @@ def _labels_of(pool: NodePoolInput, types: Mapping[str, InstanceType], option, f
         )
     labels = {**pool.labels, **fixed, **it.labels}
     labels.update({ZONE: option.zone, CAPACITY_TYPE: option.capacity_type, NODEPOOL: pool.name})
+    if offering.reservation_id:
+        labels.update(
+            {
+                RESERVATION_KEYS[0]: offering.reservation_id,
+                RESERVATION_KEYS[1]: offering.reservation_type or "default",
+                RESERVATION_KEYS[2]: "true" if offering.reservation_interruptible else "false",
+            }
+        )
     return labels, None
 
 

@@ -100,11 +100,6 @@ _RESERVATION_COUNTS = (
     "terminates the claim; ported at the provider level (test_aws_capacityreservation_provider.py) and tested "
     "through a launch in tests/test_reservations_cloud.py"
 )
-_RESERVATION_SELECTORS = (
-    "a pod's nodeSelector on capacity-reservation-type/-interruptible does not narrow the offerings: the solver "
-    "matches offerings on zone and capacity type only; the labels themselves are tested in "
-    "tests/test_reservations_cloud.py"
-)
 _SUBNET_IPS = (
     "which subnet of a zone CreateFleet gets (most available IPs, in-flight IP accounting): launch plumbing; the "
     "solver chooses zones, not subnets"
@@ -171,16 +166,6 @@ NOT_PORTED: dict[str, str] = {
     "only interface (ENA) network interfaces": _EFA,
     "CloudProvider / Capacity Reservations / should mark capacity reservations as launched": _RESERVATION_COUNTS,
     "CloudProvider / Capacity Reservations / should mark capacity reservations as terminated": _RESERVATION_COUNTS,
-    **{
-        f"CloudProvider / Capacity Reservations / should include capacity reservation labels / {entry}": (
-            _RESERVATION_SELECTORS
-        )
-        for entry in (
-            "when the capacity reservation type is default non-interruptible",
-            "when the capacity reservation type is default interruptible",
-            "when the capacity reservation type is capacity-block",
-        )
-    },
 }
 
 INSTANCE_FAMILY = "karpenter.k8s.aws/instance-family"
