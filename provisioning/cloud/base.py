@@ -137,6 +137,7 @@ class Instance:
         """What drift compares against the EC2NodeClass's status later (what is known of it)."""
         facts: dict[str, Any] = {"imageId": self.image_id, "subnetId": self.subnet_id}
         facts["securityGroupIds"] = sorted(self.security_group_ids)
+        facts["capacityReservationId"] = self.capacity_reservation_id
         return {key: value for key, value in facts.items() if value}
 
     @property

@@ -90,7 +90,8 @@ def demote_left_reservations(cloud: CloudProvider | None = None) -> list[str]:
             labels = {
                 k: v for k, v in (claim.spec.get("labels") or {}).items() if k not in reservations.RESERVATION_LABELS
             }
-            spec = {**claim.spec, "labels": labels}
+            launched = {k: v for k, v in (claim.spec.get("launched") or {}).items() if k != "capacityReservationId"}
+            spec = {**claim.spec, "labels": labels, **({"launched": launched} if "launched" in claim.spec else {})}
             if NodeClaim.objects.filter(pk=claim.pk, capacity_type="reserved").update(
                 capacity_type="on-demand", spec=spec
             ):

@@ -12,6 +12,7 @@ offering's, as the node registers with them.
 
 from __future__ import annotations
 
+from provisioning.disruption import drift
 from provisioning.scheduling.verify import verify
 from provisioning.services.catalog import bundled_catalog
 from provisioning.services.simulate import plan_documents
@@ -107,3 +108,51 @@ def test_should_include_capacity_reservation_labels_when_default_interruptible()
 def test_should_include_capacity_reservation_labels_when_capacity_block():
     """CloudProvider / Capacity Reservations / should include capacity reservation labels / when the capacity reservation type is capacity-block"""
     expect_reservation_labels("capacity-block", False)
+
+
+# ------------------------------------------------------------------ NodeClaim Drift
+# Upstream's IsDrifted reads the instance's CapacityReservationId; karpweb keeps what the
+# instance was launched with on the NodeClaim (``spec.launched``, from DescribeInstances), and
+# the capacity-type controller drops the reservation from it when the instance leaves it.
+
+FOO = {
+    "id": "cr-foo",
+    "availabilityZone": "us-east-1a",
+    "instanceMatchCriteria": "targeted",
+    "instanceType": "m5.large",
+    "ownerID": "012345678901",
+    "state": "active",
+    "reservationType": "default",
+}
+
+
+def test_should_dynamically_drift_nodeclaims_for_capacity_reservations():
+    """CloudProvider / NodeClaim Drift / should dynamically drift nodeclaims for capacity reservations"""
+    status = {"capacityReservations": [FOO]}
+    assert drift.provider_drift({}, None, {"capacityReservationId": "cr-foo"}, status) is None
+    assert drift.provider_drift({}, None, {"capacityReservationId": "cr-bar"}, status) == "CapacityReservationDrift"
+
+
+def test_should_not_drift_when_capacity_reservation_falls_back_to_on_demand():
+    """CloudProvider / NodeClaim Drift / should not drift when capacity reservation falls back to on-demand"""
+    assert drift.provider_drift({}, None, {"capacityReservationId": "cr-foo"}, {"capacityReservations": [FOO]}) is None
+    # The reservation gone from the EC2NodeClass's status and from the instance.
+    assert drift.provider_drift({}, None, {}, {"capacityReservations": []}) is None
+    labels = {
+        "node.kubernetes.io/instance-type": "m5.large",
+        "topology.kubernetes.io/zone": "us-east-1a",
+        "karpenter.sh/capacity-type": "reserved",
+    }
+    # Nor does a reserved node drift because its reservation's offering is gone.
+    assert (
+        drift.drift_reason(
+            labels=labels,
+            recorded={},
+            template=None,
+            nodeclass_spec=None,
+            nodeclass_status={"capacityReservations": []},
+            launched={},
+            offered=lambda *facts: False,
+        )
+        is None
+    )

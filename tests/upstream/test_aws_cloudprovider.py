@@ -91,10 +91,6 @@ _CREATE = (
     "(NodeClass readiness, ICE errors, image, zone id, annotations), tested in tests/test_cloud_aws.py"
 )
 _CONTEXT = "the EC2 Context field of the CreateFleet request: EC2 API plumbing, tested in tests/test_cloud_aws.py"
-_RESERVATIONS = (
-    "drift of NodeClaims in capacity reservations (a reservation no longer selected) is not modelled: the "
-    "EC2NodeClass hash ignores capacityReservationSelectorTerms and no resolved-reservation drift is checked"
-)
 _RESERVATION_COUNTS = (
     "the count is marked on the EC2NodeClass status when karpweb's launch records the instance and when it "
     "terminates the claim; ported at the provider level (test_aws_capacityreservation_provider.py) and tested "
@@ -127,8 +123,6 @@ NOT_PORTED: dict[str, str] = {
     "CloudProvider / EC2 Context / should not set context on the CreateFleet request when min values are relaxed "
     "even if specified on the NodePool": _CONTEXT,
     "CloudProvider / EC2 Context / should default to no EC2 Context": _CONTEXT,
-    "CloudProvider / NodeClaim Drift / should dynamically drift nodeclaims for capacity reservations": _RESERVATIONS,
-    "CloudProvider / NodeClaim Drift / should not drift when capacity reservation falls back to on-demand": _RESERVATIONS,
     "CloudProvider / NodeClaim Drift / should error drift if NodeClaim doesn't have provider id": (
         "karpweb's NodeClaims get their instance id (provider id) when they launch, and the round computes the drift "
         "of launched NodeClaims only: one without is still pending or launching, whose drift is not evaluated (ported "
