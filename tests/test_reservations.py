@@ -221,3 +221,21 @@ def test_manage_py_simulate_reads_reservations_from_the_documents(tmp_path):
     assert sorted(c["capacityType"] for c in claims) == ["reserved", "spot"]
     [reserved] = [c for c in claims if c["capacityType"] == "reserved"]
     assert reserved["capacityReservationId"] == "cr-0a1"
+
+
+def test_the_catalog_of_a_resolved_nodeclass_has_its_reserved_offerings_and_their_ice_marks(catalog):
+    from provisioning.cloud.base import ResolvedNodeClass, Subnet
+
+    resolved = ResolvedNodeClass(
+        name="gpu",
+        ami_family="AL2023",
+        subnets=(Subnet("subnet-a", "us-east-1a"),),
+        capacity_reservations=(CapacityReservation("cr-0a1", "g5.xlarge", "us-east-1a", available=2),),
+    )
+    marked = {"reserved:g5.xlarge:us-east-1a:cr-0a1"}
+    [g5] = [
+        it for it in catalog.instance_types(NODECLASS["spec"], resolved, marked.__contains__) if it.name == "g5.xlarge"
+    ]
+    [reserved] = [o for o in g5.offerings if o.capacity_type == "reserved"]
+    assert not reserved.available and reserved.unavailable_reason.startswith("insufficient capacity")
+    assert [o.capacity_type for o in g5.offerings if o.available] == ["on-demand", "spot"]

@@ -186,9 +186,12 @@ class Catalog:
         ``resolved`` is None), one per capacity type the type supports. An offering is
         available when it has a price and ``unavailable("capacity-type:instance-type:zone")``
         says no. Built shapes are cached per (spec, subnets, AMIs); only the ICE marks are
-        applied per call.
+        applied per call. The capacity reservations ``resolved`` has add their reserved offerings.
         """
-        return self.mark_unavailable(self._shapes(nodeclass_spec, resolved), unavailable)
+        shapes = self._shapes(nodeclass_spec, resolved)
+        if resolved is not None and resolved.capacity_reservations:
+            shapes = self.with_reservations(shapes, resolved.capacity_reservations)
+        return self.mark_unavailable(shapes, unavailable)
 
     def shapes(
         self, nodeclass_spec: Mapping[str, Any] | None = None, resolved: ResolvedNodeClass | None = None
