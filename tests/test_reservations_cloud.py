@@ -196,3 +196,22 @@ def test_the_rest_api_and_the_nodes_page_show_the_reservation_of_a_nodeclaim(env
     assert "general-rest1" in page and f"in {made['id']}" in page
     detail = client.get("/nodes/general-rest1/").content.decode()
     assert f"capacity reservation <strong>{made['id']}</strong>" in detail
+
+
+def test_a_claim_planned_into_a_reservation_takes_its_place_before_it_launches(env):
+    from provisioning.services import provision
+
+    made = env.create_capacity_reservation(
+        instanceType="g5.xlarge", availabilityZone="us-east-1a", count=2, tags={"team": "ml"}
+    )
+    cloud_service.resolve_nodeclass(EC2NodeClass.objects.get(name="default"))
+    reserved_claim("general-wait1", made["id"])  # pending: planned, not launched
+    from provisioning.services.catalog import load_catalog
+
+    documents, _ = provision.cluster_documents(load_catalog())
+    [nodeclass] = [d for d in documents if d["kind"] == "EC2NodeClass"]
+    [entry] = nodeclass["status"]["capacityReservations"]
+    assert entry["availableInstanceCount"] == 1
+    # The row itself keeps what EC2 said.
+    [stored] = EC2NodeClass.objects.get(name="default").status["capacityReservations"]
+    assert stored["availableInstanceCount"] == 2

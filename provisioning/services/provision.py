@@ -413,7 +413,10 @@ def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
     (on the claim, or on its node once registered), so their room stays theirs. Also the
     ids of the pods included: the cluster moves on while it is read, and a pod read as
     pending a moment ago may be among them now."""
-    documents = policy_documents()
+    from provisioning.services.reservations import without_claims_launching
+
+    # A reservation's place is taken from the moment a claim plans on it, not from its launch.
+    documents = without_claims_launching(policy_documents())
     documents += [{"apiVersion": "v1", "kind": "Node", **n.manifest} for n in ClusterNode.objects.order_by("pk")]
     documents += in_flight_documents(catalog)
     bound = list(ClusterPod.objects.exclude(node_name="").order_by("pk"))

@@ -68,6 +68,37 @@ def _update_count(reservation_id: str, change: Callable[[int], int]) -> int:
     return changed
 
 
+def without_claims_launching(documents: list[dict]) -> list[dict]:
+    """The policy documents with each EC2NodeClass's reservation counts less the NodeClaims
+    planned into them that have not launched yet (pending or launching: a launch counts itself
+    in with ``mark_launched``), so a provisioning run does not plan on a place another run took."""
+    taken: dict[str, int] = {}
+    launching = (NodeClaim.State.PENDING, NodeClaim.State.LAUNCHING)
+    for options in NodeClaim.objects.filter(state__in=launching).values_list("launch_options", flat=True):
+        rid = (options or [{}])[0].get("capacityReservationId")
+        if rid:
+            taken[rid] = taken.get(rid, 0) + 1
+    if not taken:
+        return documents
+    out = []
+    for document in documents:
+        entries = (
+            ((document.get("status") or {}).get("capacityReservations") or [])
+            if document.get("kind") == "EC2NodeClass"
+            else []
+        )
+        if any(isinstance(e, dict) and e.get("id") in taken for e in entries):
+            counted = [
+                {**e, "availableInstanceCount": max(0, int(e.get("availableInstanceCount") or 0) - taken[e["id"]])}
+                if isinstance(e, dict) and e.get("id") in taken
+                else e
+                for e in entries
+            ]
+            document = {**document, "status": {**document["status"], "capacityReservations": counted}}
+        out.append(document)
+    return out
+
+
 # ------------------------------------------------------------------ lifecycle
 
 
