@@ -239,3 +239,19 @@ def test_the_catalog_of_a_resolved_nodeclass_has_its_reserved_offerings_and_thei
     [reserved] = [o for o in g5.offerings if o.capacity_type == "reserved"]
     assert not reserved.available and reserved.unavailable_reason.startswith("insufficient capacity")
     assert [o.capacity_type for o in g5.offerings if o.available] == ["on-demand", "spot"]
+
+
+def test_consolidation_prices_a_reserved_node_as_its_reserved_offering():
+    from decimal import Decimal
+
+    from provisioning.models import NodeClaim
+    from provisioning.services.disruption import _price_now
+
+    row = NodeClaim(
+        instance_type="g5.xlarge",
+        zone="us-east-1a",
+        capacity_type="reserved",
+        price_per_hour=Decimal("0.65"),  # the committed price spend counts
+        list_price_per_hour=Decimal("1.006"),
+    )
+    assert _price_now(row, {}) == pytest.approx(1.006 / 10_000_000)
