@@ -215,3 +215,18 @@ def test_a_claim_planned_into_a_reservation_takes_its_place_before_it_launches(e
     # The row itself keeps what EC2 said.
     [stored] = EC2NodeClass.objects.get(name="default").status["capacityReservations"]
     assert stored["availableInstanceCount"] == 2
+
+
+def test_the_nodeclass_page_lists_its_reservations_with_their_nodeclaims(env, client, django_user_model):
+    made = env.create_capacity_reservation(
+        instanceType="g5.xlarge", availabilityZone="us-east-1a", count=2, tags={"team": "ml"}
+    )
+    cloud_service.resolve_nodeclass(EC2NodeClass.objects.get(name="default"))
+    c = reserved_claim("general-page1", made["id"])
+    cloud_service.launch_nodeclaim(c.pk)
+    client.force_login(django_user_model.objects.create_superuser("admin-p", password="x"))
+    page = client.get("/policies/EC2NodeClass/default/").content.decode()
+    assert 'id="capacity-reservations"' in page
+    assert f"<code>{made['id']}</code>" in page
+    assert '<a href="/nodes/general-page1/">general-page1</a>' in page
+    assert "<td>1</td>" in page  # one instance left

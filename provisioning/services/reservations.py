@@ -29,6 +29,30 @@ CAPACITY_TYPE = "karpenter.sh/capacity-type"
 CAPACITY_BLOCK_EXPIRED = "capacity_block_expiring"
 
 
+# ------------------------------------------------------------------ for the dashboard
+
+
+def nodeclass_reservations(nodeclass: EC2NodeClass) -> list[dict]:
+    """The reservations an EC2NodeClass's status lists, each with what it costs (its committed
+    price, when the annotation gives one) and the NodeClaims running in it now."""
+    committed, _ = reservations.committed_prices(nodeclass.annotations)
+    entries = reservations.from_status(nodeclass.status)
+    running: dict[str, list[str]] = {}
+    if entries:
+        for claim in NodeClaim.objects.filter(state__in=NodeClaim.ACTIVE_STATES, capacity_type="reserved"):
+            rid = claim.capacity_reservation_id
+            if rid:
+                running.setdefault(rid, []).append(claim.name)
+    return [
+        {
+            "reservation": r,
+            "committed_price": committed.get(r.id),
+            "nodeclaims": sorted(running.get(r.id, [])),
+        }
+        for r in entries
+    ]
+
+
 # ------------------------------------------------------------------ the counts between two describes
 
 
