@@ -269,11 +269,14 @@ class AWSCloud:
 
     def capacity_reservations(self, terms: list[dict[str, Any]]) -> tuple[CapacityReservation, ...]:
         """The active reservations ``capacityReservationSelectorTerms`` select (each query of
-        ``reservations.queries`` once; terms are ORed), by id."""
+        ``reservations.queries`` once; terms are ORed), by id; those past their end left out."""
         found: dict[str, CapacityReservation] = {}
         now = datetime.now(UTC)
         for query in reservation_queries(terms):
             for raw in self._pages(self.ec2, "describe_capacity_reservations", "CapacityReservations", **query):
+                end = raw.get("EndDate")
+                if isinstance(end, datetime) and (end if end.tzinfo else end.replace(tzinfo=UTC)) <= now:
+                    continue  # ended: EC2 may still call it active for a while
                 found[raw["CapacityReservationId"]] = reservation_from_ec2(raw, now)
         return tuple(sorted(found.values(), key=lambda r: r.id))
 

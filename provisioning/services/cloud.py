@@ -117,6 +117,9 @@ def nodeclass_status(nodeclass: EC2NodeClass, resolved: ResolvedNodeClass) -> di
                 "InstanceProfileNotFound",
                 "no instance profile",
             ),
+            # Reservations are optional: the condition says they were looked up (a failed
+            # DescribeCapacityReservations fails the whole resolution).
+            condition("CapacityReservationsReady", True, "", ""),
             condition("Ready", resolved.ready, "NotReady", problems),
         ],
     }

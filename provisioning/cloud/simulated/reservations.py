@@ -63,7 +63,7 @@ class Reservation:
     tags: dict[str, str] = field(default_factory=dict)
     instanceMatchCriteria: str = "targeted"
     reservationType: str = "default"
-    interruptible: bool = False
+    interruptible: bool | None = False  # None: EC2 leaves the field out (standard ODCRs, blocks)
     endTime: str | None = None
     state: str = "active"
     instances: list[str] = field(default_factory=list)
@@ -121,6 +121,9 @@ class CapacityReservations:
                 datetime.fromisoformat(str(end).replace("Z", "+00:00"))
             except ValueError:
                 raise ValueError(f"endTime: {end!r} is not an ISO 8601 time") from None
+        interruptible = payload.get("interruptible", False)
+        if interruptible is not None and not isinstance(interruptible, bool):
+            raise ValueError("interruptible: true, false, or null (EC2 leaves the field out)")
         if kind == "capacity-block" and end is None:
             raise ValueError("endTime: required for a capacity-block reservation")
         reservation = Reservation(
@@ -132,7 +135,7 @@ class CapacityReservations:
             tags={str(k): v for k, v in tags.items()},
             instanceMatchCriteria=criteria,
             reservationType=kind,
-            interruptible=bool(payload.get("interruptible", False)),
+            interruptible=interruptible,
             endTime=end,
             state=state,
         )
@@ -266,7 +269,12 @@ def _item(r: Reservation) -> str:
         f"<startDate>{now}</startDate>{end if r.endTime else '<endDateType>unlimited</endDateType>'}"
         f"<instanceMatchCriteria>{r.instanceMatchCriteria}</instanceMatchCriteria><createDate>{now}</createDate>"
         f"<tagSet>{tags}</tagSet><reservationType>{r.reservationType}</reservationType>"
-        f"<interruptible>{'true' if r.interruptible else 'false'}</interruptible></item>"
+        + (
+            ""
+            if r.interruptible is None
+            else f"<interruptible>{'true' if r.interruptible else 'false'}</interruptible>"
+        )
+        + "</item>"
     )
 
 
