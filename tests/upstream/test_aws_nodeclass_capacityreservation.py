@@ -238,9 +238,7 @@ def test_should_discover_capacity_block_reservations(aws):
 def test_should_mark_capacity_blocks_as_expiring_40_minutes_prior_to_their_end_date(aws):
     """NodeClass Capacity Reservation Reconciler / should mark capacity blocks as expiring 40 minutes prior to their endDate"""
     now = datetime.now(UTC)
-    block = next(
-        r for r in reservations(now) if r["reservationType" if "reservationType" in r else "id"] == "capacity-block"
-    )
+    block = next(r for r in reservations(now) if r.get("reservationType") == "capacity-block")
     aws.delete_capacity_reservations()
     aws.create_capacity_reservation(**{**block, "endTime": (now + timedelta(minutes=40)).isoformat()})
     found, conditions = reconcile({"tags": CAPACITY_BLOCK})
