@@ -230,3 +230,43 @@ def test_the_nodeclass_page_lists_its_reservations_with_their_nodeclaims(env, cl
     assert f"<code>{made['id']}</code>" in page
     assert '<a href="/nodes/general-page1/">general-page1</a>' in page
     assert "<td>1</td>" in page  # one instance left
+
+
+@pytest.mark.parametrize("api", ["fleet", "run-instances"])
+def test_the_launch_targets_the_reservation_with_either_launch_api(env, settings, api):
+    settings.KARPWEB_LAUNCH_API = api
+    cloud_service.get_cloud.cache_clear()
+    made = env.create_capacity_reservation(
+        instanceType="g5.xlarge", availabilityZone="us-east-1a", count=1, tags={"team": "ml"}
+    )
+    c = reserved_claim(f"general-api-{api}", made["id"])
+    before = len(env.launch_calls())
+    cloud_service.launch_nodeclaim(c.pk)
+    c.refresh_from_db()
+    assert (c.state, c.capacity_type, c.capacity_reservation_id) == ("launched", "reserved", made["id"])
+    [call] = env.launch_calls()[before:]
+    assert call["action"] == ("CreateFleet" if api == "fleet" else "RunInstances")
+    ec2 = boto3.client("ec2", **env.client_kwargs())
+    instance = ec2.describe_instances(InstanceIds=[c.instance_id])["Reservations"][0]["Instances"][0]
+    assert instance["CapacityReservationId"] == made["id"]
+
+
+def test_a_capacity_block_launches_by_fleet_into_its_block(env):
+    from datetime import UTC, datetime, timedelta
+
+    end = (datetime.now(UTC) + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    block = env.create_capacity_reservation(
+        instanceType="g5.xlarge",
+        availabilityZone="us-east-1a",
+        count=1,
+        tags={"team": "ml"},
+        reservationType="capacity-block",
+        endTime=end,
+    )
+    c = reserved_claim("general-block1", block["id"])
+    c.launch_options[0]["capacityReservationType"] = "capacity-block"
+    c.save()
+    cloud_service.launch_nodeclaim(c.pk)
+    c.refresh_from_db()
+    assert (c.state, c.capacity_type) == ("launched", "reserved")
+    assert c.node_labels()["karpenter.k8s.aws/capacity-reservation-type"] == "capacity-block"

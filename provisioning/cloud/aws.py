@@ -414,10 +414,11 @@ class AWSCloud:
 
     # -------------------------------------------------------------- launch templates (§5.3)
 
-    def launch_template_for(self, request: LaunchRequest, image: Image) -> str:
-        """The name of the launch template for this request's node settings on ``image``,
-        created when missing (see :mod:`provisioning.cloud.launchtemplate`)."""
-        data = launch_template_data(request, image, self.config)
+    def launch_template_for(self, request: LaunchRequest, image: Image, reservation: LaunchOption | None = None) -> str:
+        """The name of the launch template for this request's node settings on ``image`` (and
+        the capacity reservation of ``reservation``, a reserved offering), created when missing
+        (see :mod:`provisioning.cloud.launchtemplate`)."""
+        data = launch_template_data(request, image, self.config, reservation)
         tags = base_tags(request, self.config)
         name = template_name(data, tags)
         with self._lock:
@@ -489,7 +490,9 @@ class AWSCloud:
         :mod:`provisioning.cloud.launchplan`), their launch templates created."""
         options = launch_options(request)
         facts = self._facts_for({o.instance_type for o in options})
-        return plan_launch(request, options, facts, lambda image: self.launch_template_for(request, image))
+        return plan_launch(
+            request, options, facts, lambda image, option: self.launch_template_for(request, image, option)
+        )
 
     # -------------------------------------------------------------- launch (§5.1)
 
@@ -503,9 +506,7 @@ class AWSCloud:
             raise InsufficientCapacity(
                 f"NodeClaim {request.nodeclaim_name} has no {request.capacity_type} offering left to launch"
             )
-        # A reservation is targeted by one RunInstances per reservation (CreateFleet would need a
-        # launch template per reservation, as upstream builds them).
-        if self.config.launch_api == "run-instances" or request.capacity_type == "reserved":
+        if self.config.launch_api == "run-instances":
             return self._rebuilding_lost_templates(lambda: self._run_instances(request, self.plan(request)))
         return self._rebuilding_lost_templates(lambda: self._create_fleet(request, self.plan(request)))
 
@@ -555,7 +556,20 @@ class AWSCloud:
             raise fleet_failure(response, request, planned)
         if response.get("Errors"):
             log.info("fleet for %s launched despite errors: %s", request.nodeclaim_name, errors_summary(response))
-        return self._describe_instance(launched.id) or launched
+        instance = self._describe_instance(launched.id) or launched
+        if request.capacity_type == "reserved" and not instance.capacity_reservation_id:
+            # Not described yet: the reservation is the one of the offering it launched as.
+            hit = next(
+                (
+                    p.option
+                    for p in planned
+                    if (p.option.instance_type, p.option.zone) == (instance.instance_type, instance.zone)
+                ),
+                None,
+            )
+            if hit is not None:
+                instance = replace(instance, capacity_type="reserved", capacity_reservation_id=hit.reservation_id)
+        return instance
 
     # -------------------------------------------------------------- a batch: one fleet (§5.1 step 8)
 

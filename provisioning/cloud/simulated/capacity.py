@@ -54,6 +54,7 @@ LAUNCH_CALLS_KEPT = 10_000
 INSUFFICIENT_CAPACITY_ENV = "KARPWEB_SIM_INSUFFICIENT_CAPACITY"
 EC2_XMLNS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 LAUNCH_ACTIONS = ("CreateFleet", "RunInstances")
+DEFAULT_CAPACITY_TYPE = "TargetCapacitySpecification.DefaultTargetCapacityType"
 # The other EC2 actions the capacity reservations change the answer of.
 RESERVATION_ACTIONS = ("DescribeCapacityReservations", "DescribeInstances", "TerminateInstances")
 CAPACITY_TYPES = ("spot", "on-demand", "*")
@@ -441,7 +442,7 @@ class CapacityMiddleware:
             response = self._forward(environ)
             return response, response[0].startswith("200")
         ec2 = self._backend(environ)
-        capacity_type = get("TargetCapacitySpecification.DefaultTargetCapacityType") or "on-demand"
+        capacity_type = get(DEFAULT_CAPACITY_TYPE) or "on-demand"
         others: list[tuple[str, str]] = []
         configs: dict[int, _FleetConfig] = {}
         for key, value in params:
@@ -527,6 +528,10 @@ class CapacityMiddleware:
         prefix = "LaunchTemplateConfigs.1."
         for config, fields, count in pools:
             rewritten = [(k, str(count) if k == target else v) for k, v in others]
+            # moto knows on-demand and spot only: a Capacity Block's fleet runs as on-demand there.
+            rewritten = [
+                (k, "on-demand" if k == DEFAULT_CAPACITY_TYPE and v == "capacity-block" else v) for k, v in rewritten
+            ]
             rewritten += [(prefix + k, v) for k, v in config.fields]
             if config.overrides:
                 rewritten += [(f"{prefix}Overrides.1.{k}", v) for k, v in fields]
