@@ -115,6 +115,27 @@ def seed_reservation(endpoint: str | None = None) -> str:
     )
 
 
+def resolve_reservations() -> list[str]:
+    """Resolve the EC2NodeClasses that select capacity reservations; their names (none when
+    the simulated AWS cannot be reached: the beat resolves them a minute later)."""
+    from provisioning.models import EC2NodeClass
+    from provisioning.services.cloud import resolve_nodeclass
+
+    if not os.environ.get("AWS_ENDPOINT_URL"):
+        return []  # no simulated AWS to ask
+    resolved = []
+    for nodeclass in EC2NodeClass.objects.order_by("name"):
+        if not (nodeclass.spec or {}).get("capacityReservationSelectorTerms"):
+            continue
+        try:
+            resolve_nodeclass(nodeclass)
+        except Exception as exc:  # noqa: BLE001  (the demo starts all the same)
+            log.warning("demo: EC2NodeClass %s not resolved: %s", nodeclass.name, exc)
+            continue
+        resolved.append(nodeclass.name)
+    return resolved
+
+
 def seed_budget() -> list[tuple[str, str]]:
     """Store the demo PodDisruptionBudget (as ``sim apply`` would)."""
     return simulated.apply_budgets(simulated.budget_documents([BUDGET]))
