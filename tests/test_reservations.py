@@ -255,3 +255,9 @@ def test_consolidation_prices_a_reserved_node_as_its_reserved_offering():
         list_price_per_hour=Decimal("1.006"),
     )
     assert _price_now(row, {}) == pytest.approx(1.006 / 10_000_000)
+
+
+def test_the_decision_says_which_reservation_it_fills(catalog):
+    snapshot, plan, _ = plan_documents([nodeclass(reservation(count=1)), nodepool(), *gpu_pods(1)], catalog=catalog)
+    [claim] = plan.claims
+    assert claim.why.startswith("g5.xlarge (reserved, us-east-1a, capacity reservation cr-0a1) at $0.0000/h")

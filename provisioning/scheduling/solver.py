@@ -1469,8 +1469,11 @@ def _alternatives(options: Sequence[InstanceTypeOption], count: int = 5) -> tupl
 def _why_chosen(chosen: InstanceTypeOption, options: Sequence[InstanceTypeOption], pods: int, requests) -> str:
     asks = ", ".join(f"{format_quantity(k, v)} {k}" for k, v in requests.items() if k in ("cpu", "memory"))
     types = len({o.instance_type for o in options})
+    where = f"{chosen.capacity_type}, {chosen.zone}"
+    if chosen.reservation_id:  # priced as upstream prices a reservation: free, for ordering only
+        where += f", capacity reservation {chosen.reservation_id}"
     text = (
-        f"{chosen.instance_type} ({chosen.capacity_type}, {chosen.zone}) at ${chosen.price:.4f}/h{_overlaid(chosen)} "
+        f"{chosen.instance_type} ({where}) at ${chosen.price:.4f}/h{_overlaid(chosen)} "
         f"is the cheapest of {types} instance types that hold its {pods} pod{'s' if pods != 1 else ''} "
         f"({asks}, DaemonSets included)"
     )
