@@ -464,6 +464,7 @@ KARPWEB_RESERVED_ENIS = env_int("KARPWEB_RESERVED_ENIS", 0)
 CELERY_BEAT_SCHEDULE = {
     "refresh-catalog": {"task": "provisioning.tasks.refresh_catalog", "schedule": 12 * 60 * 60.0},
     "resolve-nodeclasses": {"task": "provisioning.tasks.resolve_nodeclasses", "schedule": 60.0},
+    "capacity-reservations": {"task": "provisioning.tasks.capacity_reservations", "schedule": 60.0},
     "refresh-nodeoverlays": {"task": "provisioning.tasks.refresh_nodeoverlays", "schedule": 60.0},
     "collect-garbage": {"task": "provisioning.tasks.collect_garbage", "schedule": 120.0},
     # Pending pods found again after a lost window (Redis restart) or a missed event.

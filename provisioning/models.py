@@ -346,6 +346,11 @@ class NodeClaim(MovesByState, models.Model):
         added = {resource: to_int(resource, amount) for resource, amount in extra.items()}
         return dataclasses.replace(instance_type, capacity={**instance_type.capacity, **added})
 
+    @property
+    def capacity_reservation_id(self) -> str:
+        """The capacity reservation its instance runs in ("" when none)."""
+        return self.node_labels().get("karpenter.k8s.aws/capacity-reservation-id", "")
+
     def node_labels(self) -> dict[str, str]:
         """The labels its node registers with: its single-valued requirements and its labels."""
         labels = {

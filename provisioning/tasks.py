@@ -113,6 +113,18 @@ def resolve_nodeclasses() -> dict[str, bool]:
     return {nc.name: cloud.resolve_nodeclass(nc).ready for nc in EC2NodeClass.objects.all()}
 
 
+@shared_task(name="provisioning.tasks.capacity_reservations", ignore_result=True)
+def capacity_reservations() -> dict[str, list[str]]:
+    """Nodes that left their capacity reservation relabelled on-demand; nodes of Capacity
+    Blocks about to end drained."""
+    from provisioning.services import reservations
+
+    return {
+        "demoted": reservations.demote_left_reservations(),
+        "drained": reservations.drain_expiring_capacity_blocks(),
+    }
+
+
 @shared_task(name="provisioning.tasks.refresh_nodeoverlays")
 def refresh_nodeoverlays() -> dict[str, bool]:
     """Say on each NodeOverlay's status whether it is applied or left out for a conflict."""

@@ -67,6 +67,24 @@ class SimulatedAWS:
         response.raise_for_status()
         return response.json()["offerings"]
 
+    def create_capacity_reservation(self, **fields) -> dict:
+        """``POST /_karpweb/capacity-reservations``: a reservation in the simulated account."""
+        response = requests.post(f"{self.endpoint_url}/_karpweb/capacity-reservations", json=fields, timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+    def delete_capacity_reservations(self) -> None:
+        requests.delete(f"{self.endpoint_url}/_karpweb/capacity-reservations", timeout=10).raise_for_status()
+
+    def release_from_reservations(self, instance_ids: list[str]) -> int:
+        response = requests.post(
+            f"{self.endpoint_url}/_karpweb/capacity-reservations/release",
+            json={"instanceIds": instance_ids},
+            timeout=10,
+        )
+        response.raise_for_status()
+        return response.json()["released"]
+
 
 def start_simulated_aws(
     region: str = "us-east-1", cluster: str = "my-cluster", kubernetes_version: str = "1.33", **popen

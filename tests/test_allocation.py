@@ -364,7 +364,7 @@ def test_the_beat_records_a_sample_every_minute_one_at_a_time(cluster, clean_red
     }
 
 
-def test_the_demo_runs_in_three_namespaces_labelled_by_team_but_one(db):
+def test_the_demo_runs_in_four_namespaces_labelled_by_team_but_one(db):
     from provisioning.cluster import simulated
     from provisioning.services import demo
 
@@ -379,5 +379,6 @@ def test_the_demo_runs_in_three_namespaces_labelled_by_team_but_one(db):
         ("demo", "Deployment/api", "payments"),
         ("platform", "Deployment/cache", "platform"),
         ("analytics", "Deployment/batch", None),
+        ("ml", "Deployment/train", "research"),
     }
     assert ClusterPod.objects.filter(owner="Deployment/cache").count() == replicas["cache"]

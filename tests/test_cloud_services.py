@@ -90,6 +90,7 @@ def test_resolving_the_seed_nodeclass_reports_ready_on_its_status(env):
         "SecurityGroupsReady": "True",
         "AMIsReady": "True",
         "InstanceProfileReady": "True",
+        "CapacityReservationsReady": "True",
         "Ready": "True",
     }
     assert {s["zone"] for s in status["subnets"]} >= {"us-east-1a", "us-east-1b"}

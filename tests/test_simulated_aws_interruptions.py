@@ -43,6 +43,7 @@ DETAIL_TYPES = {
     "scheduled-change": ("aws.health", "AWS Health Event"),
     "stopping": ("aws.ec2", "EC2 Instance State-change Notification"),
     "terminating": ("aws.ec2", "EC2 Instance State-change Notification"),
+    "capacity-reservation-interruption": ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
 }
 KARPENTER_EVENT_CODES = [
     "instance-reboot",
@@ -293,7 +294,9 @@ def test_the_spot_notice_setting():
 # ------------------------------------------------------------------ interruption events
 
 
-@pytest.mark.parametrize("kind", ["rebalance", "scheduled-change", "stopping", "terminating"])
+@pytest.mark.parametrize(
+    "kind", ["rebalance", "scheduled-change", "stopping", "terminating", "capacity-reservation-interruption"]
+)
 def test_each_kind_lands_in_the_queue_as_eventbridge_delivers_it(aws, kind):
     (instance_id,) = aws.launch()
     assert aws.interrupt([instance_id], kind) == {"sent": 1}
@@ -302,6 +305,8 @@ def test_each_kind_lands_in_the_queue_as_eventbridge_delivers_it(aws, kind):
     detail = body["detail"]
     if kind == "rebalance":
         assert detail == {"instance-id": instance_id}
+    elif kind == "capacity-reservation-interruption":
+        assert detail == {"instance-id": instance_id, "instance-action": "terminate"}
     elif kind == "stopping":
         assert detail == {"instance-id": instance_id, "state": "stopping"}
     elif kind == "terminating":

@@ -1718,3 +1718,34 @@ def test_schema_renders_to_openapi():
     assert rendered["properties"]["metadataOptions"]["default"] == METADATA_DEFAULT
     assert "x-kubernetes-preserve-unknown-fields" not in rendered["properties"]["kubelet"]
     assert E.STATUS.preserve_unknown is True
+
+
+# ---------------------------------------------------------------- karpweb's reservation prices annotation
+
+PRICES = "karpweb.io/capacity-reservation-prices"
+
+
+def priced(value: str) -> dict[str, Any]:
+    doc = make(capacityReservationSelectorTerms=[{"id": "cr-0123abc"}])
+    doc["metadata"]["annotations"] = {PRICES: value}
+    return doc
+
+
+def test_reservation_prices_annotation_accepted():
+    assert errors(priced('{"cr-0123abc": 0.62, "cr-0456def": 0}')) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        pytest.param("0.62", "expected a JSON object", id="not-an-object"),
+        pytest.param("{", "not JSON", id="not-json"),
+        pytest.param('{"r-1": 0.62}', '"r-1" is not a capacity reservation id', id="bad-id"),
+        pytest.param('{"cr-1": -1}', "cr-1: -1 is not a price", id="negative"),
+        pytest.param('{"cr-1": "0.6"}', 'cr-1: "0.6" is not a price', id="string"),
+    ],
+)
+def test_reservation_prices_annotation_rejected(value, fragment):
+    [(path, message)] = errors(priced(value))
+    assert path == f"metadata.annotations[{PRICES}]"
+    assert fragment in message

@@ -39,6 +39,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from provisioning.cloud.base import (
     BatchLaunch,
+    CapacityReservation,
     CloudError,
     Image,
     Instance,
@@ -85,6 +86,8 @@ from provisioning.cloud.pricing import (
     parse_price_list,
     pricing_api_region,
 )
+from provisioning.cloud.reservations import from_ec2 as reservation_from_ec2
+from provisioning.cloud.reservations import queries as reservation_queries
 from provisioning.cloud.selectors import (
     alias_parameters,
     best_images,
@@ -261,7 +264,21 @@ class AWSCloud:
             images=tuple(images),
             instance_profile=profile,
             problems=tuple(problems),
+            capacity_reservations=self.capacity_reservations(spec.get("capacityReservationSelectorTerms") or []),
         )
+
+    def capacity_reservations(self, terms: list[dict[str, Any]]) -> tuple[CapacityReservation, ...]:
+        """The active reservations ``capacityReservationSelectorTerms`` select (each query of
+        ``reservations.queries`` once; terms are ORed), by id; those past their end left out."""
+        found: dict[str, CapacityReservation] = {}
+        now = datetime.now(UTC)
+        for query in reservation_queries(terms):
+            for raw in self._pages(self.ec2, "describe_capacity_reservations", "CapacityReservations", **query):
+                end = raw.get("EndDate")
+                if isinstance(end, datetime) and (end if end.tzinfo else end.replace(tzinfo=UTC)) <= now:
+                    continue  # ended: EC2 may still call it active for a while
+                found[raw["CapacityReservationId"]] = reservation_from_ec2(raw, now)
+        return tuple(sorted(found.values(), key=lambda r: r.id))
 
     def _resolve_subnets(self, terms: list[dict[str, Any]]) -> list[Subnet]:
         found: dict[str, Subnet] = {}
@@ -397,10 +414,11 @@ class AWSCloud:
 
     # -------------------------------------------------------------- launch templates (§5.3)
 
-    def launch_template_for(self, request: LaunchRequest, image: Image) -> str:
-        """The name of the launch template for this request's node settings on ``image``,
-        created when missing (see :mod:`provisioning.cloud.launchtemplate`)."""
-        data = launch_template_data(request, image, self.config)
+    def launch_template_for(self, request: LaunchRequest, image: Image, reservation: LaunchOption | None = None) -> str:
+        """The name of the launch template for this request's node settings on ``image`` (and
+        the capacity reservation of ``reservation``, a reserved offering), created when missing
+        (see :mod:`provisioning.cloud.launchtemplate`)."""
+        data = launch_template_data(request, image, self.config, reservation)
         tags = base_tags(request, self.config)
         name = template_name(data, tags)
         with self._lock:
@@ -472,7 +490,9 @@ class AWSCloud:
         :mod:`provisioning.cloud.launchplan`), their launch templates created."""
         options = launch_options(request)
         facts = self._facts_for({o.instance_type for o in options})
-        return plan_launch(request, options, facts, lambda image: self.launch_template_for(request, image))
+        return plan_launch(
+            request, options, facts, lambda image, option: self.launch_template_for(request, image, option)
+        )
 
     # -------------------------------------------------------------- launch (§5.1)
 
@@ -536,7 +556,20 @@ class AWSCloud:
             raise fleet_failure(response, request, planned)
         if response.get("Errors"):
             log.info("fleet for %s launched despite errors: %s", request.nodeclaim_name, errors_summary(response))
-        return self._describe_instance(launched.id) or launched
+        instance = self._describe_instance(launched.id) or launched
+        if request.capacity_type == "reserved" and not instance.capacity_reservation_id:
+            # Not described yet: the reservation is the one of the offering it launched as.
+            hit = next(
+                (
+                    p.option
+                    for p in planned
+                    if (p.option.instance_type, p.option.zone) == (instance.instance_type, instance.zone)
+                ),
+                None,
+            )
+            if hit is not None:
+                instance = replace(instance, capacity_type="reserved", capacity_reservation_id=hit.reservation_id)
+        return instance
 
     # -------------------------------------------------------------- a batch: one fleet (§5.1 step 8)
 
@@ -608,6 +641,13 @@ class AWSCloud:
             # Its groups are the launch template's, as EC2 applies them (moto's answer has the
             # VPC's default group instead); drift compares them with the EC2NodeClass later.
             groups = tuple(g.id for g in request.nodeclass.security_groups)
+            if p.option.reservation_id:
+                return dataclasses.replace(
+                    instance,
+                    security_group_ids=groups,
+                    capacity_type="reserved",
+                    capacity_reservation_id=p.option.reservation_id,
+                )
             return dataclasses.replace(instance, security_group_ids=groups)
         raise insufficient_capacity(request, unique(exhausted), errors)
 

@@ -43,6 +43,22 @@ class Image:
 
 
 @dataclass(frozen=True)
+class CapacityReservation:
+    """A capacity reservation the EC2NodeClass selected (``status.capacityReservations``)."""
+
+    id: str
+    instance_type: str
+    zone: str
+    owner_id: str = ""
+    available: int = 0  # instances left
+    instance_match_criteria: str = "targeted"  # | "open"
+    reservation_type: str = "default"  # | "capacity-block"
+    interruptible: bool = False
+    end_time: str | None = None  # ISO 8601, UTC
+    state: str = "active"  # | "expiring"
+
+
+@dataclass(frozen=True)
 class ResolvedNodeClass:
     """What an EC2NodeClass's selectors found; ``problems`` say why it is not Ready."""
 
@@ -53,6 +69,7 @@ class ResolvedNodeClass:
     images: tuple[Image, ...] = ()
     instance_profile: str = ""
     problems: tuple[str, ...] = ()
+    capacity_reservations: tuple[CapacityReservation, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -74,6 +91,9 @@ class LaunchOption:
     zone: str
     capacity_type: str
     price: float
+    # A reserved offering's reservation: the launch targets it.
+    reservation_id: str = ""
+    reservation_type: str = ""  # "default" | "capacity-block"
 
 
 @dataclass(frozen=True)
@@ -87,7 +107,7 @@ class LaunchRequest:
     nodeclass_spec: dict[str, Any]
     nodeclass: ResolvedNodeClass
     options: tuple[LaunchOption, ...]
-    capacity_type: str  # the capacity type to launch now: "spot" or "on-demand"
+    capacity_type: str  # the capacity type to launch now: "reserved", "spot" or "on-demand"
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[dict[str, str], ...] = ()
     # A first attempt skips looking for an instance launched before: none can exist, and
@@ -110,12 +130,14 @@ class Instance:
     tags: dict[str, str] = field(default_factory=dict)
     subnet_id: str = ""
     security_group_ids: tuple[str, ...] = ()
+    capacity_reservation_id: str = ""  # the reservation it runs in (capacity type "reserved")
 
     @property
     def launched_with(self) -> dict[str, Any]:
         """What drift compares against the EC2NodeClass's status later (what is known of it)."""
         facts: dict[str, Any] = {"imageId": self.image_id, "subnetId": self.subnet_id}
         facts["securityGroupIds"] = sorted(self.security_group_ids)
+        facts["capacityReservationId"] = self.capacity_reservation_id
         return {key: value for key, value in facts.items() if value}
 
     @property
@@ -179,7 +201,8 @@ class CloudProvider(Protocol):
     def zone_ids(self) -> dict[str, str]:
         """Availability zone name → zone id."""
 
-    def resolve_nodeclass(self, name: str, spec: dict[str, Any]) -> ResolvedNodeClass: ...
+    def resolve_nodeclass(self, name: str, spec: dict[str, Any]) -> ResolvedNodeClass:
+        """Subnets, security groups, AMIs, instance profile and capacity reservations."""
 
     def launch(self, request: LaunchRequest) -> Instance: ...
 

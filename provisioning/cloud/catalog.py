@@ -29,8 +29,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from provisioning.cloud.base import CloudProvider, PriceSource, PricingUnavailable, ResolvedNodeClass
+from provisioning.cloud.base import (
+    CapacityReservation,
+    CloudProvider,
+    PriceSource,
+    PricingUnavailable,
+    ResolvedNodeClass,
+)
 from provisioning.cloud.instancetypes import build_instance_type, incompatibility
+from provisioning.cloud.reservations import reserved_offerings
 from provisioning.scheduling.instancetypes import InstanceType, Offering
 
 FORMAT = 1
@@ -179,9 +186,12 @@ class Catalog:
         ``resolved`` is None), one per capacity type the type supports. An offering is
         available when it has a price and ``unavailable("capacity-type:instance-type:zone")``
         says no. Built shapes are cached per (spec, subnets, AMIs); only the ICE marks are
-        applied per call.
+        applied per call. The capacity reservations ``resolved`` has add their reserved offerings.
         """
-        return self.mark_unavailable(self._shapes(nodeclass_spec, resolved), unavailable)
+        shapes = self._shapes(nodeclass_spec, resolved)
+        if resolved is not None and resolved.capacity_reservations:
+            shapes = self.with_reservations(shapes, resolved.capacity_reservations)
+        return self.mark_unavailable(shapes, unavailable)
 
     def shapes(
         self, nodeclass_spec: Mapping[str, Any] | None = None, resolved: ResolvedNodeClass | None = None
@@ -201,7 +211,7 @@ class Catalog:
             return list(shapes)
         out = []
         for it in shapes:
-            marked = [o for o in it.offerings if o.available and unavailable(f"{o.capacity_type}:{it.name}:{o.zone}")]
+            marked = [o for o in it.offerings if o.available and unavailable(offering_key(it.name, o))]
             if marked:
                 gone = set(map(id, marked))
                 offerings = tuple(
@@ -215,6 +225,24 @@ class Catalog:
                 it = dataclasses.replace(it, offerings=offerings)
             out.append(it)
         return out
+
+    def with_reservations(
+        self, shapes: Iterable[InstanceType], reservations: Iterable[CapacityReservation]
+    ) -> tuple[InstanceType, ...]:
+        """``shapes`` with a reserved offering per capacity reservation of their type (see
+        ``reservations.reserved_offerings``), in the zones the type is offered in."""
+        reservations = tuple(reservations)
+        if not reservations:
+            return tuple(shapes)
+        wanted = {r.instance_type for r in reservations}
+        out = []
+        for it in shapes:
+            if it.name in wanted:
+                zones = {o.zone for o in it.offerings}
+                extra = reserved_offerings(reservations, it.name, zones, self.on_demand.get(it.name), self.zone_ids)
+                it = dataclasses.replace(it, offerings=it.offerings + extra)
+            out.append(it)
+        return tuple(out)
 
     def instance_type(self, name: str, nodeclass_spec: Mapping[str, Any] | None = None) -> InstanceType | None:
         return next((it for it in self._shapes(nodeclass_spec, None) if it.name == name), None)
@@ -507,6 +535,13 @@ class Catalog:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def offering_key(instance_type: str, offering: Offering) -> str:
+    """The unavailable-offerings key: ``capacity-type:instance-type:zone``, and for a reserved
+    offering ``:<reservation id>`` after it (a full reservation is not a full zone)."""
+    key = f"{offering.capacity_type}:{instance_type}:{offering.zone}"
+    return f"{key}:{offering.reservation_id}" if offering.reservation_id else key
 
 
 def snapshot_path(region: str, directory: Path = SNAPSHOT_DIR) -> Path:

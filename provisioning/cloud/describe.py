@@ -62,6 +62,7 @@ def image_from(raw: dict[str, Any], variant: str = "standard", ec2_arch: str = "
 def instance_from(raw: dict[str, Any]) -> Instance:
     """A ``DescribeInstances`` (or ``RunInstances``) instance."""
     spot = raw.get("InstanceLifecycle") == "spot" or bool(raw.get("SpotInstanceRequestId"))
+    reservation = raw.get("CapacityReservationId") or ""
     launch_time = raw.get("LaunchTime")
     if isinstance(launch_time, datetime):
         launch_time = launch_time.astimezone(UTC)
@@ -69,11 +70,12 @@ def instance_from(raw: dict[str, Any]) -> Instance:
         id=raw["InstanceId"],
         instance_type=raw.get("InstanceType", ""),
         zone=(raw.get("Placement") or {}).get("AvailabilityZone", ""),
-        capacity_type="spot" if spot else "on-demand",
+        capacity_type="spot" if spot else "reserved" if reservation else "on-demand",
         state=(raw.get("State") or {}).get("Name", ""),
         launch_time=launch_time if isinstance(launch_time, datetime) else None,
         image_id=raw.get("ImageId", ""),
         tags=tag_dict(raw.get("Tags")),
         subnet_id=raw.get("SubnetId", "") or "",
         security_group_ids=tuple(g["GroupId"] for g in raw.get("SecurityGroups") or [] if g.get("GroupId")),
+        capacity_reservation_id=reservation,
     )

@@ -18,8 +18,10 @@ TTL_SECONDS = 180
 _SCAN_BATCH = 1000
 
 
-def offering_key(capacity_type: str, instance_type: str, zone: str) -> str:
-    return f"{capacity_type}:{instance_type}:{zone}"
+def offering_key(capacity_type: str, instance_type: str, zone: str, reservation_id: str = "") -> str:
+    """``capacity-type:instance-type:zone``; a reserved offering's has ``:<reservation id>`` after."""
+    key = f"{capacity_type}:{instance_type}:{zone}"
+    return f"{key}:{reservation_id}" if reservation_id else key
 
 
 def mark_unavailable(
@@ -31,9 +33,10 @@ def mark_unavailable(
     ttl: int = TTL_SECONDS,
     *,
     prefix: str = PREFIX,
+    reservation_id: str = "",
 ) -> str:
     """Mark one offering unavailable for ``ttl`` seconds; returns its key (without prefix)."""
-    key = offering_key(capacity_type, instance_type, zone)
+    key = offering_key(capacity_type, instance_type, zone, reservation_id)
     redis.set(prefix + key, reason or "unavailable", ex=max(1, int(ttl)))
     return key
 
@@ -42,8 +45,10 @@ def clear(redis: Any, capacity_type: str, instance_type: str, zone: str, *, pref
     redis.delete(prefix + offering_key(capacity_type, instance_type, zone))
 
 
-def is_unavailable(redis: Any, capacity_type: str, instance_type: str, zone: str, *, prefix: str = PREFIX) -> bool:
-    return bool(redis.exists(prefix + offering_key(capacity_type, instance_type, zone)))
+def is_unavailable(
+    redis: Any, capacity_type: str, instance_type: str, zone: str, *, prefix: str = PREFIX, reservation_id: str = ""
+) -> bool:
+    return bool(redis.exists(prefix + offering_key(capacity_type, instance_type, zone, reservation_id)))
 
 
 def unavailable_keys(redis: Any, *, prefix: str = PREFIX) -> set[str]:

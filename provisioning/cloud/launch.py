@@ -65,9 +65,12 @@ def launch_with_fallback(
       calls in all, then raised.
     * Any other :class:`CloudError` is raised at once (it will not go away by retrying).
     """
-    capacity_types = [request.capacity_type]
-    if request.capacity_type != "on-demand" and any(o.capacity_type == "on-demand" for o in request.options):
-        capacity_types.append("on-demand")
+    # reserved, then spot, then on-demand: from the request's capacity type on, those it has.
+    order = ("reserved", "spot", "on-demand")
+    start = order.index(request.capacity_type) if request.capacity_type in order else 0
+    capacity_types = [request.capacity_type] + [
+        ct for ct in order[start + 1 :] if any(o.capacity_type == ct for o in request.options)
+    ]
     exhausted: dict[LaunchOption, None] = {}  # ordered set: also guards against a lagging cache
     last_error: InsufficientCapacity | None = None
     for capacity_type in capacity_types:

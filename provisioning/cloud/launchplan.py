@@ -33,15 +33,15 @@ def launch_options(request: LaunchRequest) -> list[LaunchOption]:
     options = sorted((o for o in request.options if o.capacity_type == request.capacity_type), key=lambda o: o.price)
     types: list[str] = []
     kept: list[LaunchOption] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     for option in options:
-        if (option.instance_type, option.zone) in seen:
+        if (option.instance_type, option.zone, option.reservation_id) in seen:
             continue
         if option.instance_type not in types:
             if len(types) >= MAX_INSTANCE_TYPES:
                 continue
             types.append(option.instance_type)
-        seen.add((option.instance_type, option.zone))
+        seen.add((option.instance_type, option.zone, option.reservation_id))
         kept.append(option)
     return kept
 
@@ -75,13 +75,14 @@ def plan_launch(
     request: LaunchRequest,
     options: list[LaunchOption],
     facts: dict[str, TypeFacts | None],
-    template_for: Callable[[Image], str],
+    template_for: Callable[[Image, LaunchOption], str],
 ) -> list[Planned]:
     """``options`` (from :func:`launch_options`) with a subnet, an AMI and the launch template
-    ``template_for`` gives per AMI; those without a subnet in their zone or an AMI for their
-    type are left out, and when that leaves none the error says why."""
+    ``template_for`` gives per AMI (and per capacity reservation, for reserved offerings);
+    those without a subnet in their zone or an AMI for their type are left out, and when that
+    leaves none the error says why."""
     subnets = subnets_by_zone(request.nodeclass.subnets)
-    templates: dict[str, str] = {}
+    templates: dict[tuple[str, str], str] = {}
     planned: list[Planned] = []
     no_subnet: set[str] = set()
     no_image: set[str] = set()
@@ -94,9 +95,10 @@ def plan_launch(
         if image is None:
             no_image.add(option.instance_type)
             continue
-        if image.id not in templates:
-            templates[image.id] = template_for(image)
-        planned.append(Planned(option, subnet, image, templates[image.id]))
+        key = (image.id, option.reservation_id)
+        if key not in templates:
+            templates[key] = template_for(image, option)
+        planned.append(Planned(option, subnet, image, templates[key]))
     if not planned and options:
         why = []
         if no_subnet:
@@ -139,6 +141,14 @@ def run_instances_request(
             "MarketType": "spot",
             "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
         }
+    if planned.option.reservation_id:
+        # Into that reservation only (upstream's capacity-reservations-only targeting); a
+        # Capacity Block is its own market.
+        kwargs["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": planned.option.reservation_id}
+        }
+        if planned.option.reservation_type == "capacity-block":
+            kwargs["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
     return kwargs
 
 
@@ -168,11 +178,17 @@ def fleet_request(
                 "Priority": float(p.option.price),
             }
         )
+    # Reserved capacity is on-demand capacity the launch templates target (a Capacity Block
+    # is its own market), as upstream asks for it.
+    target = request.capacity_type
+    if target == "reserved":
+        blocks = {p.option.reservation_type == "capacity-block" for p in planned}
+        target = "capacity-block" if blocks == {True} else "on-demand"
     kwargs: dict[str, Any] = {
         "Type": "instant",
         "TargetCapacitySpecification": {
             "TotalTargetCapacity": count,
-            "DefaultTargetCapacityType": request.capacity_type,
+            "DefaultTargetCapacityType": target,
         },
         "LaunchTemplateConfigs": list(configs.values()),
         "TagSpecifications": tag_specifications,

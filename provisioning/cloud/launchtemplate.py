@@ -10,15 +10,19 @@ import json
 import math
 from typing import Any
 
-from provisioning.cloud.base import CloudError, Image, LaunchRequest
+from provisioning.cloud.base import CloudError, Image, LaunchOption, LaunchRequest
 from provisioning.cloud.config import AWSConfig
 from provisioning.cloud.tags import base_tags, tag_list
 from provisioning.cloud.userdata import node_bootstrap
 from provisioning.scheduling.quantity import QuantityError, parse_quantity
 
 
-def launch_template_data(request: LaunchRequest, image: Image, config: AWSConfig) -> dict[str, Any]:
-    """The ``LaunchTemplateData`` for this request's node settings on ``image``."""
+def launch_template_data(
+    request: LaunchRequest, image: Image, config: AWSConfig, reservation: LaunchOption | None = None
+) -> dict[str, Any]:
+    """The ``LaunchTemplateData`` for this request's node settings on ``image``; with a
+    reserved offering, targeting its capacity reservation (a template per reservation, as
+    upstream builds them: CreateFleet overrides cannot name one)."""
     spec = request.nodeclass_spec
     bootstrap = node_bootstrap(request, config)
     data: dict[str, Any] = {
@@ -46,6 +50,12 @@ def launch_template_data(request: LaunchRequest, image: Image, config: AWSConfig
         ]
     else:
         data["SecurityGroupIds"] = groups
+    if reservation is not None and reservation.reservation_id:
+        data["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": reservation.reservation_id}
+        }
+        if reservation.reservation_type == "capacity-block":
+            data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
     return data
 
 

@@ -147,6 +147,9 @@ class Cluster(Protocol):
     def label(self, node: str, key: str, value: str) -> None:
         """Set a label on the node."""
 
+    def unlabel(self, node: str, key: str) -> None:
+        """Remove a label from the node (nothing when it has none)."""
+
     def delete_node(self, node: str) -> None: ...
 
     # -- events

@@ -405,6 +405,10 @@ class KubernetesCluster:
         patch = {"metadata": {"labels": {key: value}}}
         self._send(f"label Node {node} {key}={value}", self.core.patch_node, node, patch)
 
+    def unlabel(self, node: str, key: str) -> None:
+        patch = {"metadata": {"labels": {key: None}}}  # a merge patch's null removes the key
+        self._send(f"label Node {node} {key}-", self.core.patch_node, node, patch)
+
     def evict(self, namespace: str, name: str) -> Eviction:
         """Ask the Eviction API to evict the pod (see ``Eviction``)."""
         eviction = client.V1Eviction(

@@ -88,6 +88,9 @@ class SimulatedCluster:
     def label(self, node: str, key: str, value: str) -> None:
         self._edit(node, lambda m: m.setdefault("metadata", {}).setdefault("labels", {}).__setitem__(key, value))
 
+    def unlabel(self, node: str, key: str) -> None:
+        self._edit(node, lambda m: m.setdefault("metadata", {}).setdefault("labels", {}).pop(key, None))
+
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Deleted whatever guards its eviction; its controller recreates it, pending (the
         simulated kubelet stops a pod at once, whatever its grace period)."""

@@ -64,6 +64,7 @@ WELL_KNOWN_LABELS = frozenset(
     | {
         "karpenter.k8s.aws/capacity-reservation-id",
         "karpenter.k8s.aws/capacity-reservation-type",
+        "karpenter.k8s.aws/capacity-reservation-interruptible",
         "topology.k8s.aws/zone-id",
     }
 )

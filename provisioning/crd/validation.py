@@ -107,6 +107,12 @@ def validate(
                 kind.runtime_validate(spec, walk, catalog_labels=catalog_labels)  # type: ignore[call-arg]
             else:
                 kind.runtime_validate(spec, walk)
+    if kind.kind == "EC2NodeClass" and isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
+        from provisioning.cloud.reservations import PRICES_ANNOTATION, committed_prices
+
+        _, problem = committed_prices(meta["annotations"])
+        if problem:
+            walk.error(f"metadata.annotations[{PRICES_ANNOTATION}]", f"Invalid value: {problem}")
     if document.get("status") is not None:
         validate_node(Object(preserve_unknown=True), document["status"], "status", walk)
     if kind.kind == "NodePool" and nodeclass_exists is not None:

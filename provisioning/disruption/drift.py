@@ -35,6 +35,7 @@ NODECLASS_DRIFTED = "NodeClassDrift"  # the AWS provider's name for it
 AMI_DRIFTED = "AMIDrift"
 SUBNET_DRIFTED = "SubnetDrift"
 SECURITY_GROUP_DRIFTED = "SecurityGroupDrift"
+CAPACITY_RESERVATION_DRIFTED = "CapacityReservationDrift"
 
 # spec.template.spec fields upstream's NodePool hash ignores (hash:"ignore").
 _NODEPOOL_IGNORED = frozenset({"requirements", "resources"})
@@ -135,6 +136,12 @@ def resolved_drift(launched: Mapping[str, Any], status: Mapping[str, Any] | None
     subnets = {s.get("id") for s in status.get("subnets") or []}
     if subnet and subnets and subnet not in subnets:
         return SUBNET_DRIFTED
+    # An instance still in a reservation the EC2NodeClass no longer selects (one that fell back
+    # to on-demand, or left its reservation, has none: upstream's isCapacityReservationDrifted).
+    reservation = launched.get("capacityReservationId")
+    reservations = {r.get("id") for r in status.get("capacityReservations") or [] if isinstance(r, Mapping)}
+    if reservation and reservation not in reservations:
+        return CAPACITY_RESERVATION_DRIFTED
     return None
 
 
@@ -180,7 +187,9 @@ def drift_reason(
         return INSTANCE_TYPE_NOT_FOUND
     zone, capacity_type = labels.get("topology.kubernetes.io/zone"), labels.get("karpenter.sh/capacity-type")
     facts = (instance_type, zone, capacity_type)
-    if offered is not None and all(facts) and not offered(*facts):  # type: ignore[arg-type]
+    # A reserved node drifts by its reservation (``resolved_drift``), not by the offerings: a
+    # reservation that ends falls back to on-demand rather than drifting (upstream's note).
+    if offered is not None and all(facts) and capacity_type != "reserved" and not offered(*facts):  # type: ignore[arg-type]
         return INSTANCE_TYPE_NOT_FOUND
     return provider_drift(recorded, nodeclass_spec, launched or {}, nodeclass_status)
 
@@ -203,6 +212,7 @@ EXPLANATIONS = {
     AMI_DRIFTED: "its AMI is no longer one EC2NodeClass {nodeclass} selects",
     SUBNET_DRIFTED: "its subnet is no longer one EC2NodeClass {nodeclass} selects",
     SECURITY_GROUP_DRIFTED: "its security groups are no longer those EC2NodeClass {nodeclass} selects",
+    CAPACITY_RESERVATION_DRIFTED: "its capacity reservation is no longer one EC2NodeClass {nodeclass} selects",
 }
 
 

@@ -116,23 +116,29 @@ class NodeClaimSerializer(serializers.ModelSerializer):
     initializedAt = serializers.DateTimeField(source="initialized_at")
     deletedAt = serializers.DateTimeField(source="deleted_at")
     launchOptions = serializers.JSONField(source="launch_options")
+    capacityReservationId = serializers.SerializerMethodField(
+        help_text="The capacity reservation its instance runs in (capacity type reserved); null otherwise."
+    )
 
     class Meta:
         model = NodeClaim
         fields = [
             "name", "uid", "nodepool", "nodeclass", "state", "reason", "message", "instanceType", "zone",
-            "capacityType", "instanceId", "providerId", "pricePerHour", "listPricePerHour", "node", "createdAt",
-            "launchedAt",
+            "capacityType", "capacityReservationId", "instanceId", "providerId", "pricePerHour", "listPricePerHour",
+            "node", "createdAt", "launchedAt",
             "registeredAt", "initializedAt", "deletedAt", "decision", "disruption", "pods", "why",
             "alternatives", "launchOptions", "spec",
         ]  # fmt: skip
+
+    def get_capacityReservationId(self, claim: NodeClaim) -> str | None:  # noqa: N802  (DRF's naming)
+        return claim.capacity_reservation_id or None
 
 
 class NodeClaimFilter(django_filters.FilterSet):
     nodepool = django_filters.CharFilter(field_name="nodepool_name")
     state = django_filters.ChoiceFilter(choices=NodeClaim.State.choices)
     capacity_type = django_filters.ChoiceFilter(
-        field_name="capacity_type", choices=[("spot", "spot"), ("on-demand", "on-demand")]
+        field_name="capacity_type", choices=[("spot", "spot"), ("on-demand", "on-demand"), ("reserved", "reserved")]
     )
 
     class Meta:

@@ -26,6 +26,11 @@ class Offering:
     # list price, None for a type without public pricing that an overlay made launchable.
     overlays: tuple[str, ...] = ()
     list_price: float | None = None
+    # A reserved offering: one per capacity reservation, with the instances it has left.
+    reservation_id: str = ""
+    reservation_type: str = ""  # "default" | "capacity-block"
+    reservation_interruptible: bool = False
+    reservation_capacity: int = 0
 
     @property
     def listed(self) -> float | None:
@@ -34,8 +39,9 @@ class Offering:
 
     @property
     def key(self) -> str:
-        """The ICE cache key: ``capacity-type:instance-type:zone`` minus the type."""
-        return f"{self.capacity_type}:{self.zone}"
+        """The ICE cache key: ``capacity-type:instance-type:zone`` minus the type (a reserved
+        offering's ends with ``:<reservation id>``)."""
+        return f"{self.capacity_type}:{self.zone}" + (f":{self.reservation_id}" if self.reservation_id else "")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,11 @@ class InstanceTypeOption:
     price_overlays: tuple[str, ...] = ()
     list_price: float | None = None
     capacity_overlays: tuple[str, ...] = ()
+    # A reserved offering's reservation (its type and whether it is interruptible): the
+    # launch targets it and the node is labelled with it.
+    reservation_id: str = ""
+    reservation_type: str = ""
+    reservation_interruptible: bool = False
 
     @property
     def listed(self) -> float | None:

@@ -20,11 +20,41 @@ import numpy as np
 from provisioning.crd.labels import CAPACITY_TYPE, ZONE
 from provisioning.scheduling.instancetypes import InstanceType, Offering
 from provisioning.scheduling.plan import InstanceTypeOption
-from provisioning.scheduling.requirements import INSTANCE_TYPE_LABELS, OFFERING_LABELS, Requirement, Requirements
+from provisioning.scheduling.requirements import INSTANCE_TYPE_LABELS, OFFERING_LABELS, Requirements
 from provisioning.scheduling.snapshot import NodePoolInput
 from provisioning.scheduling.taints import Taint, untolerated
 
 INF = float("inf")
+# Offering labels a reserved offering has and others have not (upstream's offering requirements).
+RESERVATION_KEYS = (
+    "karpenter.k8s.aws/capacity-reservation-id",
+    "karpenter.k8s.aws/capacity-reservation-type",
+    "karpenter.k8s.aws/capacity-reservation-interruptible",
+)
+OfferKey = tuple  # (zone, capacity type, reservation id, type, interruptible): each a Requirement or None
+
+
+def offer_key(requirements: Requirements) -> OfferKey:
+    """What of ``requirements`` selects offerings (not instance types)."""
+    return (requirements.get(ZONE), requirements.get(CAPACITY_TYPE), *(requirements.get(k) for k in RESERVATION_KEYS))
+
+
+def offer_allowed(o: Offering, key: OfferKey) -> bool:
+    """Does the offering meet the offering requirements ``key``? A reservation's labels are
+    absent on other offerings (so ``In`` never matches them, ``NotIn`` does)."""
+    zone, ct, *reserved = key
+    if (zone is not None and not zone.has(o.zone)) or (ct is not None and not ct.has(o.capacity_type)):
+        return False
+    if not any(r is not None for r in reserved):
+        return True
+    values = (
+        (o.reservation_id, o.reservation_type or "default", "true" if o.reservation_interruptible else "false")
+        if o.reservation_id
+        else (None, None, None)
+    )
+    return all(r is None or r.label_check()(v) for r, v in zip(reserved, values, strict=True))
+
+
 # Every node a NodePool launches gets these labels once it is up: DaemonSets may select them
 # (upstream adds them to a NodeClaim template's requirements for DaemonSets only).
 _REGISTERED = Requirements.from_labels({"karpenter.sh/registered": "true", "karpenter.sh/initialized": "true"})
@@ -48,21 +78,18 @@ class PoolModel:
         self.resources = tuple(resources)
         self.requirements = pool.requirements
         self.taints: tuple[Taint, ...] = tuple(pool.taints)
-        zone_req, ct_req = self.requirements.get(ZONE), self.requirements.get(CAPACITY_TYPE)
+        pool_key = offer_key(self.requirements)
         types: list[InstanceType] = []
         offerings: list[tuple[Offering, ...]] = []
         for it in pool.instance_types:
             usable = tuple(
-                o
-                for o in it.offerings
-                if o.available
-                and o.price is not None
-                and (zone_req is None or zone_req.has(o.zone))
-                and (ct_req is None or ct_req.has(o.capacity_type))
+                o for o in it.offerings if o.available and o.price is not None and offer_allowed(o, pool_key)
             )
             if usable:
                 types.append(it)
-                offerings.append(tuple(sorted(usable, key=lambda o: (o.price, o.capacity_type, o.zone))))
+                offerings.append(
+                    tuple(sorted(usable, key=lambda o: (o.price, o.capacity_type, o.zone, o.reservation_id)))
+                )
         self.types = types
         self.offerings = offerings
         self.names = np.array([t.name for t in types], dtype=object)
@@ -88,8 +115,8 @@ class PoolModel:
         self.everything = np.ones(len(types), dtype=bool)
         self.everything.flags.writeable = False  # shared: callers combine it, never change it
         self._type_masks: dict[Requirements, np.ndarray] = {}
-        self._offer_masks: dict[tuple[Requirement | None, Requirement | None], np.ndarray] = {}
-        self._price_vectors: dict[tuple[Requirement | None, Requirement | None], tuple[np.ndarray, np.ndarray]] = {}
+        self._offer_masks: dict[OfferKey, np.ndarray] = {}
+        self._price_vectors: dict[OfferKey, tuple[np.ndarray, np.ndarray]] = {}
         self._index = {t.name: i for i, t in enumerate(types)}
         self._type_label_cache: dict[str, np.ndarray] = {}
         self.all_zones = frozenset(o.zone for offs in offerings for o in offs)
@@ -152,21 +179,16 @@ class PoolModel:
         return mask
 
     def offer_mask(self, requirements: Requirements) -> np.ndarray:
-        key = (requirements.get(ZONE), requirements.get(CAPACITY_TYPE))
+        key = offer_key(requirements)
         mask = self._offer_masks.get(key)
         if mask is None:
-            zone, ct = key
             mask = np.fromiter(
-                (any(self._allowed(o, zone, ct) for o in offs) for offs in self.offerings),
+                (any(offer_allowed(o, key) for o in offs) for offs in self.offerings),
                 dtype=bool,
                 count=len(self.types),
             )
             self._offer_masks[key] = mask
         return mask
-
-    @staticmethod
-    def _allowed(o: Offering, zone: Requirement | None, ct: Requirement | None) -> bool:
-        return (zone is None or zone.has(o.zone)) and (ct is None or ct.has(o.capacity_type))
 
     def fits(self, mask: np.ndarray, requests: np.ndarray) -> np.ndarray:
         """``mask`` narrowed to the types whose usable resources hold ``requests``."""
@@ -197,12 +219,12 @@ class PoolModel:
         allowed offerings for zone and capacity type, from their labels otherwise."""
         requirement = requirements.get(key)
         if key in (ZONE, CAPACITY_TYPE):
-            zone, ct = requirements.get(ZONE), requirements.get(CAPACITY_TYPE)
+            allowed = offer_key(requirements)
             values = {
                 o.zone if key == ZONE else o.capacity_type
                 for i in np.flatnonzero(mask)
                 for o in self.offerings[i]
-                if self._allowed(o, zone, ct)
+                if offer_allowed(o, allowed)
             }
         else:
             values = {v for v in self.label_values(key)[mask] if v is not None}
@@ -261,14 +283,14 @@ class PoolModel:
         """Every offering of the types ``order`` the requirements allow (each type in each of
         its zones and capacity types: what a launch may fall back to), cheapest first; equal
         prices in the order of ``order``, then by zone."""
-        zone, ct = requirements.get(ZONE), requirements.get(CAPACITY_TYPE)
+        allowed = offer_key(requirements)
         rows = []
         for rank, i in enumerate(order):
             it = self.types[i]
             for o in self.offerings[i]:
-                if self._allowed(o, zone, ct):
-                    rows.append((float(o.price), rank, o.zone, o.capacity_type, it.name, o, it))
-        rows.sort(key=lambda row: row[:5])
+                if offer_allowed(o, allowed):
+                    rows.append((float(o.price), rank, o.zone, o.capacity_type, it.name, o.reservation_id, o, it))
+        rows.sort(key=lambda row: row[:6])
         return [option(it, o) for *_, o, it in rows]
 
     def prices(self, requirements: Requirements) -> np.ndarray:
@@ -277,15 +299,14 @@ class PoolModel:
 
     def _priced(self, requirements: Requirements) -> tuple[np.ndarray, np.ndarray]:
         """Per type: the cheapest allowed offering's price and its index in ``offerings``."""
-        key = (requirements.get(ZONE), requirements.get(CAPACITY_TYPE))
+        key = offer_key(requirements)
         found = self._price_vectors.get(key)
         if found is None:
-            zone, ct = key
             prices = np.full(len(self.types), INF)
             choice = np.zeros(len(self.types), dtype=np.int64)
             for i, offs in enumerate(self.offerings):
                 for j, o in enumerate(offs):  # sorted by price: the first allowed is the cheapest
-                    if self._allowed(o, zone, ct):
+                    if offer_allowed(o, key):
                         prices[i], choice[i] = o.price, j
                         break
             found = self._price_vectors[key] = (prices, choice)
@@ -353,8 +374,15 @@ def option(it: InstanceType, offering: Offering) -> InstanceTypeOption:
     """A claim's option for one offering, with the NodeOverlays that priced it and its list
     price, and those that added to its type's capacity."""
     price = float(offering.price)  # type: ignore[arg-type]  (only priced offerings are options)
+    reservation = {}
+    if offering.reservation_id:
+        reservation = {
+            "reservation_id": offering.reservation_id,
+            "reservation_type": offering.reservation_type,
+            "reservation_interruptible": offering.reservation_interruptible,
+        }
     if not offering.overlays and not it.overlays:
-        return InstanceTypeOption(it.name, offering.capacity_type, offering.zone, price)
+        return InstanceTypeOption(it.name, offering.capacity_type, offering.zone, price, **reservation)
     return InstanceTypeOption(
         it.name,
         offering.capacity_type,
@@ -363,4 +391,5 @@ def option(it: InstanceType, offering: Offering) -> InstanceTypeOption:
         price_overlays=offering.overlays,
         list_price=offering.list_price if offering.overlays else None,
         capacity_overlays=it.overlays,
+        **reservation,
     )

@@ -48,6 +48,7 @@ OFFERING_LABELS = frozenset(
         "topology.k8s.aws/zone-id",
         "karpenter.k8s.aws/capacity-reservation-id",
         "karpenter.k8s.aws/capacity-reservation-type",
+        "karpenter.k8s.aws/capacity-reservation-interruptible",
     }
 )
 # Well-known keys an instance type's labels speak for: absent there means the type has no

@@ -38,7 +38,7 @@ from provisioning.scheduling.claimtable import ClaimTable
 from provisioning.scheduling.integral import pack
 from provisioning.scheduling.plan import ClaimPlan, InstanceTypeOption, Plan
 from provisioning.scheduling.pods import Pod
-from provisioning.scheduling.pools import Daemon, PoolModel, pool_model
+from provisioning.scheduling.pools import Daemon, PoolModel, offer_allowed, offer_key, pool_model
 from provisioning.scheduling.preferences import Variant, variants
 from provisioning.scheduling.quantity import format_quantity
 from provisioning.scheduling.requirements import IN, Requirement, Requirements
@@ -232,10 +232,10 @@ class _Run:
             mask = model.type_mask(requirements)
             requirement = requirements.get(key)
             if key in (ZONE, CAPACITY_TYPE):
-                zone, ct = requirements.get(ZONE), requirements.get(CAPACITY_TYPE)
+                allowed = offer_key(requirements)
                 for i in np.flatnonzero(mask):
                     for o in model.offerings[i]:
-                        if (zone is None or zone.has(o.zone)) and (ct is None or ct.has(o.capacity_type)):
+                        if offer_allowed(o, allowed):
                             values.add(o.zone if key == ZONE else o.capacity_type)
             elif key in model.type_label_keys:
                 for value in set(model.label_values(key)[mask]):
@@ -1076,13 +1076,13 @@ class _Run:
         those are priced and sorted once, and each claim keeps the first that hold it."""
         model = b.pool
         assert model is not None and b.idx is not None
-        zone, capacity_type = b.requirements.get(ZONE), b.requirements.get(CAPACITY_TYPE)
-        key = (model.name, b.idx.tobytes(), zone, capacity_type)
+        offers = offer_key(b.requirements)
+        key = (model.name, b.idx.tobytes(), offers)
         order = self._price_orders.get(key)
         if order is None:
             order = self._price_orders[key] = model.by_price(b.idx, b.requirements)
         kept = _first_holding(model.usable, order, b.used, limit)
-        key = (model.name, kept.tobytes(), zone, capacity_type)
+        key = (model.name, kept.tobytes(), offers)
         found = self._options.get(key)
         if found is None:
             # One tuple shared by the claims opened alike (readers of the plan may key on it).
@@ -1109,6 +1109,7 @@ class _Run:
                 continue
             claims.append(finished)
         claims = self._within_limits(claims, unschedulable)
+        claims = self._within_reservations(claims, unschedulable)
         existing = {b.name: tuple(p.key for p in b.pods[self._bound(b) :]) for b in self.bins}
         placed = {key for claim in claims for key in claim.pods} | {k for keys in existing.values() for k in keys}
         return Plan(
@@ -1120,6 +1121,41 @@ class _Run:
             stats={"pods": len(self.snapshot.pods), "strategy": self.strategy},
             order=tuple(key for key in self.order if key in placed),
         )
+
+    def _within_reservations(self, claims: list[ClaimPlan], unschedulable: dict[str, str]) -> list[ClaimPlan]:
+        """No capacity reservation is planned past the instances it has left (upstream's
+        ReservationManager): claims take their reserved option in order while the reservation
+        has room; after, its offerings are dropped from their options, so they launch as the
+        next cheapest (spot, on-demand), or, with nothing else allowed, their pods stay pending
+        saying why."""
+        left: dict[str, int] = {}
+        for pool in self.snapshot.nodepools:
+            for it in pool.instance_types:
+                for o in it.offerings:
+                    if o.reservation_id:
+                        left[o.reservation_id] = o.reservation_capacity
+        if not left:
+            return claims
+        out = []
+        for claim in claims:
+            full = {o.reservation_id for o in claim.options if o.reservation_id and left.get(o.reservation_id, 0) < 1}
+            if full:
+                options = tuple(o for o in claim.options if o.reservation_id not in full)
+                if not options:
+                    why = f"capacity reservation {', '.join(sorted(full))} has no instance left"
+                    for pod in claim.pods:
+                        unschedulable[pod] = f"NodePool {claim.nodepool}: {why}"
+                    continue
+                claim = replace(
+                    claim,
+                    options=options,
+                    why=_why_chosen(options[0], options, len(claim.pods), claim.requests),
+                    alternatives=_alternatives(options),
+                )
+            if claim.chosen.reservation_id:
+                left[claim.chosen.reservation_id] -= 1
+            out.append(claim)
+        return out
 
     def _within_limits(self, claims: list[ClaimPlan], unschedulable: dict[str, str]) -> list[ClaimPlan]:
         """Options that would take a NodePool past its limits, were every claim to launch as its
@@ -1433,8 +1469,11 @@ def _alternatives(options: Sequence[InstanceTypeOption], count: int = 5) -> tupl
 def _why_chosen(chosen: InstanceTypeOption, options: Sequence[InstanceTypeOption], pods: int, requests) -> str:
     asks = ", ".join(f"{format_quantity(k, v)} {k}" for k, v in requests.items() if k in ("cpu", "memory"))
     types = len({o.instance_type for o in options})
+    where = f"{chosen.capacity_type}, {chosen.zone}"
+    if chosen.reservation_id:  # priced as upstream prices a reservation: free, for ordering only
+        where += f", capacity reservation {chosen.reservation_id}"
     text = (
-        f"{chosen.instance_type} ({chosen.capacity_type}, {chosen.zone}) at ${chosen.price:.4f}/h{_overlaid(chosen)} "
+        f"{chosen.instance_type} ({where}) at ${chosen.price:.4f}/h{_overlaid(chosen)} "
         f"is the cheapest of {types} instance types that hold its {pods} pod{'s' if pods != 1 else ''} "
         f"({asks}, DaemonSets included)"
     )

@@ -22,7 +22,8 @@ nothing with the solver but the requirements algebra, label selectors and taint 
   anti-affinity, of new pods and of pods already bound, has no selected pod in any domain
   the pod may land in;
 * NodePool limits hold with each NodeClaim counted at its largest option, as upstream
-  subtracts them; every requirement with minValues is met by the options.
+  subtracts them; every requirement with minValues is met by the options;
+* no capacity reservation is the chosen offering of more claims than it has instances left.
 
 A NodeClaim whose options disagree on a key (several zones) may land in any of them: a
 spread needs it decided, an anti-affinity keeps clear of all of them, an affinity needs a
@@ -41,6 +42,7 @@ from provisioning.scheduling.instancetypes import InstanceType
 from provisioning.scheduling.labelselector import LabelSelector
 from provisioning.scheduling.plan import ClaimPlan, Plan
 from provisioning.scheduling.pods import Pod, PodAffinityTerm, TopologySpreadConstraint
+from provisioning.scheduling.pools import RESERVATION_KEYS
 from provisioning.scheduling.requirements import Requirements
 from provisioning.scheduling.snapshot import NodePoolInput, Snapshot
 from provisioning.scheduling.taints import Taint, untolerated
@@ -57,6 +59,7 @@ AFFINITY = "pod-affinity"
 ANTI_AFFINITY = "pod-anti-affinity"
 LIMITS = "limits"
 MIN_VALUES = "min-values"
+RESERVATIONS = "capacity-reservation"
 KINDS = (
     PLACEMENT,
     NODE_SELECTION,
@@ -190,7 +193,7 @@ class _Verifier:
         mismatches = self._fits_claim.get(check_key)
         if mismatches is None:
             mismatches = []
-            for labels, (_, instance_type, zone, _, _) in zip(label_sets, keys, strict=True):
+            for labels, (_, instance_type, zone, *_) in zip(label_sets, keys, strict=True):
                 failed = requirements.labels_match(_known(labels, requirements))
                 if failed is not None:
                     mismatches.append(f"option {instance_type} in {zone} breaks the NodeClaim's {failed.message}")
@@ -213,6 +216,7 @@ class _Verifier:
                 option.instance_type,
                 option.zone,
                 option.capacity_type,
+                option.reservation_id,
                 tuple(sorted(fixed.items())),
             )
             found = self._option_labels.get(cache_key)
@@ -464,6 +468,23 @@ class _Verifier:
                         return
 
     # -------------------------------------------------------------- limits and minValues
+
+    def check_reservations(self) -> None:
+        """No capacity reservation is the chosen offering of more claims than it has instances
+        left; the claims past its count are named."""
+        left: dict[str, int] = {}
+        for pool in self.snapshot.nodepools:
+            for it in pool.instance_types:
+                for o in it.offerings:
+                    if o.reservation_id:
+                        left[o.reservation_id] = o.reservation_capacity
+        for claim in self.plan.claims:
+            rid = claim.chosen.reservation_id
+            if not rid:
+                continue
+            if left.get(rid, 0) < 1:
+                self.add(RESERVATIONS, f"capacity reservation {rid} has no instance left for it", claim.name)
+            left[rid] = left.get(rid, 0) - 1
 
     def check_claims(self) -> None:
         used: dict[str, dict[str, int]] = {name: dict(p.in_use) for name, p in self.pools.items()}
@@ -752,7 +773,14 @@ def _labels_of(pool: NodePoolInput, types: Mapping[str, InstanceType], option, f
     if it is None:
         return None, f"option {option.instance_type} is not an instance type of NodePool {pool.name}"
     offering = next(
-        (o for o in it.offerings if o.zone == option.zone and o.capacity_type == option.capacity_type), None
+        (
+            o
+            for o in it.offerings
+            if o.zone == option.zone
+            and o.capacity_type == option.capacity_type
+            and o.reservation_id == getattr(option, "reservation_id", "")
+        ),
+        None,
     )
     if offering is None or not offering.available:
         return (
@@ -761,6 +789,14 @@ def _labels_of(pool: NodePoolInput, types: Mapping[str, InstanceType], option, f
         )
     labels = {**pool.labels, **fixed, **it.labels}
     labels.update({ZONE: option.zone, CAPACITY_TYPE: option.capacity_type, NODEPOOL: pool.name})
+    if offering.reservation_id:
+        labels.update(
+            {
+                RESERVATION_KEYS[0]: offering.reservation_id,
+                RESERVATION_KEYS[1]: offering.reservation_type or "default",
+                RESERVATION_KEYS[2]: "true" if offering.reservation_interruptible else "false",
+            }
+        )
     return labels, None
 
 
@@ -800,6 +836,7 @@ def verify(snapshot: Snapshot, plan: Plan) -> list[Violation]:
     verifier.build()
     verifier.check_nodes()
     verifier.check_claims()
+    verifier.check_reservations()
     verifier.check_topology()
     return verifier.violations
 

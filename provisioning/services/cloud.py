@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from provisioning.cloud import ice
+from provisioning.cloud import ice, reservations
 from provisioning.cloud.aws import AWSCloud, AWSConfig
 from provisioning.cloud.base import (
     CloudError,
@@ -97,6 +97,11 @@ def nodeclass_status(nodeclass: EC2NodeClass, resolved: ResolvedNodeClass) -> di
             for i in resolved.images
         ],
         "instanceProfile": resolved.instance_profile,
+        **(
+            {"capacityReservations": [reservations.to_status(r) for r in resolved.capacity_reservations]}
+            if (nodeclass.spec or {}).get("capacityReservationSelectorTerms")
+            else {}
+        ),
         "conditions": [
             condition("SubnetsReady", bool(resolved.subnets), "SubnetsNotFound", "no subnet matches"),
             condition(
@@ -112,6 +117,9 @@ def nodeclass_status(nodeclass: EC2NodeClass, resolved: ResolvedNodeClass) -> di
                 "InstanceProfileNotFound",
                 "no instance profile",
             ),
+            # Reservations are optional: the condition says they were looked up (a failed
+            # DescribeCapacityReservations fails the whole resolution).
+            condition("CapacityReservationsReady", True, "", ""),
             condition("Ready", resolved.ready, "NotReady", problems),
         ],
     }
@@ -154,7 +162,11 @@ def launch_nodeclaim(claim_id: int, cloud: CloudProvider | None = None) -> NodeC
 
 def record_launched(claim: NodeClaim, instance: Instance) -> None:
     """The claim being launched has its instance (unless a relaunch has taken it over)."""
-    price, list_price = _price_of(claim, instance.instance_type, instance.zone, instance.capacity_type)
+    price, list_price = _price_of(
+        claim, instance.instance_type, instance.zone, instance.capacity_type, instance.capacity_reservation_id
+    )
+    if instance.capacity_reservation_id:
+        price, list_price = _reserved_price(claim, instance)
     if claim.move(
         NodeClaim.State.LAUNCHING,
         NodeClaim.State.LAUNCHED,
@@ -168,8 +180,24 @@ def record_launched(claim: NodeClaim, instance: Instance) -> None:
         reason="",
         message="",
     ):
+        spec = dict(claim.spec)
         if instance.launched_with:
-            spec = {**claim.spec, "launched": instance.launched_with}
+            spec["launched"] = instance.launched_with
+        if instance.capacity_reservation_id:
+            from provisioning.services import reservations as reservation_counts
+
+            reservation_counts.mark_launched(instance.capacity_reservation_id)
+            # Its node carries the reservation (upstream's capacity-reservation-* labels).
+            option = _option_of(claim, instance.capacity_reservation_id)
+            spec["labels"] = {
+                **(spec.get("labels") or {}),
+                **reservations.labels(
+                    instance.capacity_reservation_id,
+                    option.get("capacityReservationType", "default"),
+                    bool(option.get("capacityReservationInterruptible")),
+                ),
+            }
+        if spec != claim.spec:
             NodeClaim.objects.filter(pk=claim.pk).update(spec=spec)
             claim.spec = spec
         log.info(
@@ -201,12 +229,20 @@ def ice_cache(redis: Any) -> tuple[Callable[[LaunchOption], None], Callable[[Lau
     """``mark_unavailable`` and ``is_unavailable`` on the ICE cache in Redis."""
 
     def mark_unavailable(option: LaunchOption) -> None:
+        reason = "ReservationCapacityExceeded" if option.reservation_id else "InsufficientInstanceCapacity"
         ice.mark_unavailable(
-            redis, option.capacity_type, option.instance_type, option.zone, "InsufficientInstanceCapacity"
+            redis,
+            option.capacity_type,
+            option.instance_type,
+            option.zone,
+            reason,
+            reservation_id=option.reservation_id,
         )
 
     def is_unavailable(option: LaunchOption) -> bool:
-        return ice.is_unavailable(redis, option.capacity_type, option.instance_type, option.zone)
+        return ice.is_unavailable(
+            redis, option.capacity_type, option.instance_type, option.zone, reservation_id=option.reservation_id
+        )
 
     return mark_unavailable, is_unavailable
 
@@ -219,7 +255,15 @@ def launch_request(claim: NodeClaim, cloud: CloudProvider) -> LaunchRequest:
     if not resolved.ready:
         raise NodeClassNotReady(f"EC2NodeClass {nodeclass.name!r} is not ready: {'; '.join(resolved.problems)}")
     options = tuple(
-        LaunchOption(o["instanceType"], o["zone"], o["capacityType"], float(o["price"])) for o in claim.launch_options
+        LaunchOption(
+            o["instanceType"],
+            o["zone"],
+            o["capacityType"],
+            float(o["price"]),
+            reservation_id=o.get("capacityReservationId", ""),
+            reservation_type=o.get("capacityReservationType", ""),
+        )
+        for o in claim.launch_options
     )
     if not options:
         raise CloudError("the NodeClaim has no instance type options", reason="NoCompatibleInstanceTypes")
@@ -232,8 +276,9 @@ def launch_request(claim: NodeClaim, cloud: CloudProvider) -> LaunchRequest:
         nodeclass_spec=nodeclass.spec,
         nodeclass=resolved,
         options=options,
-        # Upstream's rule: spot whenever the claim allows it and a spot offering is left.
-        capacity_type="spot" if "spot" in capacity_types else "on-demand",
+        # Upstream's rule: a reservation first, then spot whenever the claim allows it and a
+        # spot offering is left, then on-demand.
+        capacity_type=next((ct for ct in ("reserved", "spot") if ct in capacity_types), "on-demand"),
         labels=labels,
         taints=tuple(claim.spec.get("taints") or ()),
         # Upstream's price-overlay-applied annotation: EC2 must follow our prices, not its own.
@@ -326,13 +371,39 @@ def _resolved_recently(nodeclass: EC2NodeClass, cloud: CloudProvider) -> Resolve
     return resolved
 
 
+def _reserved_price(claim: NodeClaim, instance: Instance) -> tuple[Decimal | None, Decimal | None]:
+    """What an instance in a reservation costs: the committed price the EC2NodeClass's
+    ``karpweb.io/capacity-reservation-prices`` gives for its reservation, else the on-demand
+    price (EC2 bills an ODCR at on-demand rates, used or not); its list price is on-demand.
+    (The solver's price, on-demand / 10^7, only orders offerings.)"""
+    from provisioning.services.catalog import on_demand_prices
+
+    listed = on_demand_prices().get(instance.instance_type)
+    nodeclass = EC2NodeClass.objects.filter(name=claim.nodeclass_name).first()
+    committed, _ = reservations.committed_prices(nodeclass.annotations if nodeclass else None)
+    paid = committed.get(instance.capacity_reservation_id, listed)
+    return _decimal(paid), _decimal(listed)
+
+
+def _decimal(value: float | None) -> Decimal | None:
+    return None if value is None else Decimal(str(value))
+
+
+def _option_of(claim: NodeClaim, reservation_id: str) -> dict[str, Any]:
+    return next((o for o in claim.launch_options if o.get("capacityReservationId") == reservation_id), {})
+
+
 def _price_of(
-    claim: NodeClaim, instance_type: str, zone: str, capacity_type: str
+    claim: NodeClaim, instance_type: str, zone: str, capacity_type: str, reservation_id: str = ""
 ) -> tuple[Decimal | None, Decimal | None]:
     """The offering's effective price (after NodeOverlays) and its list price (None where none
     is published), as the claim's options recorded them."""
     for option in claim.launch_options:
-        if (option["instanceType"], option["zone"], option["capacityType"]) == (instance_type, zone, capacity_type):
+        if (option["instanceType"], option["zone"], option["capacityType"]) == (
+            instance_type,
+            zone,
+            capacity_type,
+        ) and option.get("capacityReservationId", "") == reservation_id:
             listed = option.get("listPrice", option["price"])
             return Decimal(str(option["price"])), None if listed is None else Decimal(str(listed))
     return None, None

@@ -256,8 +256,14 @@ def _price_now(row: NodeClaim, types: dict) -> float:
     """What a node costs for consolidation: the price it launched at, unless NodeOverlays price
     its offering now (then their price, as upstream prices candidates from the overlaid
     offerings) or priced it at launch and no longer do (then its list price): adding or
-    removing a Savings Plan changes what moving off a node saves."""
+    removing a Savings Plan changes what moving off a node saves. A node in a capacity
+    reservation costs what its reserved offering does (on-demand / 10^7, as upstream prices a
+    reserved candidate): moving work onto a reservation pays, moving between them does not."""
     price = float(row.price_per_hour or 0)
+    if row.capacity_type == "reserved":
+        from provisioning.cloud.reservations import RESERVED_PRICE_DIVISOR
+
+        return float(row.list_price_per_hour or row.price_per_hour or 0) / RESERVED_PRICE_DIVISOR
     it = types.get(row.instance_type)
     offering = None
     if it is not None:
@@ -483,6 +489,7 @@ INVOLUNTARY = frozenset(
         "instance_stopped",
         "instance_terminated",
         "capacity_reservation_interrupted",
+        "capacity_block_expiring",
         "instance_status",
         "system_status",
         "event_status",

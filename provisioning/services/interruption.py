@@ -34,11 +34,12 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from provisioning import cluster
-from provisioning.cloud import messages
+from provisioning.cloud import messages, reservations
 from provisioning.cloud.base import MessageQueue, QueueMessage
 from provisioning.cloud.instancestatus import Unhealthy, unhealthy
 from provisioning.models import ClusterNode, Disruption, Interruption, NodeClaim, NodePool
 from provisioning.services import events
+from provisioning.services import reservations as reservation_counts
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,12 @@ def _act_on(instance_id: str, kind: str, now: datetime, common: dict, forceful: 
     if kind == messages.SPOT_INTERRUPTED and claim.instance_type and claim.zone:
         _mark_spot_unavailable(claim, kind)
         done.append(f"spot {claim.instance_type} in {claim.zone} avoided for {SPOT_UNAVAILABLE_SECONDS // 60} min")
+    if kind == messages.CAPACITY_RESERVATION_INTERRUPTED:
+        rid = claim.node_labels().get(reservations.RESERVATION_ID_LABEL) or (
+            node.manifest.get("metadata", {}).get("labels", {}).get(reservations.RESERVATION_ID_LABEL) if node else ""
+        )
+        if rid and reservation_counts.mark_full(rid):
+            done.append(f"capacity reservation {rid} counted full until it is described again")
     if kind == messages.REBALANCE_RECOMMENDATION:
         allowed, why = _rebalance_allowed(claim, node, now)
         if not allowed:

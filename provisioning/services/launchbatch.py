@@ -82,6 +82,10 @@ def plan_launches(claims: Sequence[NodeClaim]) -> list[list[NodeClaim]]:
         return [[claim] for claim in claims]
     groups: dict[str, list[NodeClaim]] = {}
     for claim in claims:
+        if any(o.get("capacityReservationId") for o in claim.launch_options):
+            # A launch into a capacity reservation is a RunInstances that targets it: alone.
+            groups.setdefault(f"reserved:{claim.uid}", []).append(claim)
+            continue
         groups.setdefault(launch_input(claim), []).append(claim)
     launches = [group[i : i + MAX_BATCH] for group in groups.values() for i in range(0, len(group), MAX_BATCH)]
     for batch in launches:

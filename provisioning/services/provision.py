@@ -413,7 +413,10 @@ def cluster_documents(catalog) -> tuple[list[dict], set[int]]:
     (on the claim, or on its node once registered), so their room stays theirs. Also the
     ids of the pods included: the cluster moves on while it is read, and a pod read as
     pending a moment ago may be among them now."""
-    documents = policy_documents()
+    from provisioning.services.reservations import without_claims_launching
+
+    # A reservation's place is taken from the moment a claim plans on it, not from its launch.
+    documents = without_claims_launching(policy_documents())
     documents += [{"apiVersion": "v1", "kind": "Node", **n.manifest} for n in ClusterNode.objects.order_by("pk")]
     documents += in_flight_documents(catalog)
     bound = list(ClusterPod.objects.exclude(node_name="").order_by("pk"))
@@ -600,6 +603,10 @@ def option_row(option: InstanceTypeOption) -> dict[str, Any]:
         "capacityType": option.capacity_type,
         "price": option.price,
     }
+    if option.reservation_id:
+        row["capacityReservationId"] = option.reservation_id
+        row["capacityReservationType"] = option.reservation_type or "default"
+        row["capacityReservationInterruptible"] = option.reservation_interruptible
     if option.price_overlays:
         row["listPrice"] = option.listed
     if option.overlays:
@@ -654,6 +661,11 @@ def terminate_claim(claim: NodeClaim, cloud) -> None:
     if claim.instance_id:
         with cloud_call("nodeclaim.termination", "Delete"):
             cloud.terminate(claim.instance_id)
+        reservation = claim.node_labels().get("karpenter.k8s.aws/capacity-reservation-id")
+        if reservation and claim.capacity_type == "reserved" and claim.state != NodeClaim.State.TERMINATED:
+            from provisioning.services import reservations
+
+            reservations.mark_terminated(reservation)
     if claim.node_name:
         get_cluster().delete_node(claim.node_name)
     ClusterPod.objects.filter(nominated=claim.name, node_name="").update(nominated="")

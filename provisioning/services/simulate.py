@@ -29,11 +29,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from provisioning import crd
-from provisioning.cloud.base import ResolvedNodeClass, Subnet
+from provisioning.cloud.base import CapacityReservation, ResolvedNodeClass, Subnet
 from provisioning.cloud.catalog import Catalog
+from provisioning.cloud.reservations import from_status as reservations_from_status
 from provisioning.crd.labels import NODEPOOL
 from provisioning.scheduling.frozen import frozen_map
 from provisioning.scheduling.overlays import Applied, Overlay, PoolTypes
@@ -90,11 +91,17 @@ def overlay_report(policies: Iterable[Any], *, catalog: Catalog) -> tuple[list[N
     do to the NodePools' instance types (the same application, and cache, as every plan's),
     with the NodePools; for the overlays' status. Raises :class:`SimulateError` on invalid input."""
     notes: list[str] = []
-    nodeclasses, nodepools, overlays = _validate_policies([d for d in policies if isinstance(d, dict)], catalog, notes)
+    policies = _validate_policies([d for d in policies if isinstance(d, dict)], catalog, notes)
+    nodeclasses, nodepools, overlays, _ = policies
     inputs = [
         nodepool
         for name, spec in _usable_nodepools(nodepools, notes)
-        if (nodepool := _nodepool_input(name, spec, nodeclasses, catalog, None, (), notes)) is not None
+        if (
+            nodepool := _nodepool_input(
+                name, spec, nodeclasses, catalog, None, (), notes, reservations=policies.reservations
+            )
+        )
+        is not None
     ]
     return inputs, overlaid(inputs, overlays)
 
@@ -139,13 +146,24 @@ def read_cluster(
         what = f"{skipped.kind} {skipped.name}" if skipped.name else skipped.kind
         notes.append(f"skipped {what}: {skipped.note.removesuffix('; skipped')}")
 
-    nodeclasses, nodepools, overlays = _validate_policies(workloads.policies, catalog, notes)
+    policies = _validate_policies(workloads.policies, catalog, notes)
+    nodeclasses, nodepools, overlays, _ = policies
     nodepools = _usable_nodepools(nodepools, notes)
     moment = now or datetime.now(UTC)
     nodes, rescheduled = _cluster_nodes(workloads, dict(nodepools), moment, notes)
     inputs = []
     for name, spec in nodepools:
-        nodepool = _nodepool_input(name, spec, nodeclasses, catalog, resolved_zones, nodes, notes, require_nodeclasses)
+        nodepool = _nodepool_input(
+            name,
+            spec,
+            nodeclasses,
+            catalog,
+            resolved_zones,
+            nodes,
+            notes,
+            require_nodeclasses,
+            reservations=policies.reservations,
+        )
         if nodepool is not None:
             inputs.append(nodepool)
     inputs = overlay_nodepools(inputs, overlays, notes)
@@ -356,13 +374,22 @@ def resolve_zones(zones: Sequence[str], catalog: Catalog) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _validate_policies(
-    policies: Sequence[dict], catalog: Catalog, notes: list[str]
-) -> tuple[dict[str, dict[str, Any]], list[tuple[str, dict[str, Any], dict]], list[Overlay]]:
+class Policies(NamedTuple):
+    """What ``_validate_policies`` read."""
+
+    nodeclasses: dict[str, dict[str, Any]]
+    nodepools: list[tuple[str, dict[str, Any], dict]]
+    overlays: list[Overlay]
+    reservations: dict[str, tuple[CapacityReservation, ...]]
+
+
+def _validate_policies(policies: Sequence[dict], catalog: Catalog, notes: list[str]) -> Policies:
     """EC2NodeClass specs by name, NodePool specs in document order, defaulted, and the
-    NodeOverlays; every error of every document at once."""
+    NodeOverlays; every error of every document at once. ``.reservations``: per EC2NodeClass,
+    the capacity reservations its status lists."""
     problems: list[str] = []
     nodeclasses: dict[str, dict[str, Any]] = {}
+    reservations: dict[str, tuple[CapacityReservation, ...]] = {}
     nodepools: list[tuple[str, dict[str, Any]]] = []
     overlays: list[Overlay] = []
     seen: set[tuple[str, str]] = set()
@@ -391,9 +418,14 @@ def _validate_policies(
                 overlays.append(Overlay.from_spec(name, spec))
         else:
             nodeclasses[name] = spec
+            # The reservations its status lists (resolved from DescribeCapacityReservations, or
+            # written into the document for a what-if) become reserved offerings.
+            found = reservations_from_status(document.get("status"))
+            if found:
+                reservations[name] = found
     if problems:
         raise SimulateError(problems)
-    return nodeclasses, nodepools, overlays
+    return Policies(nodeclasses, nodepools, overlays, reservations)
 
 
 def overlay_nodepools(
@@ -449,6 +481,8 @@ def _nodepool_input(
     nodes: Sequence[ExistingNode],
     notes: list[str],
     require_nodeclass: bool = False,
+    *,
+    reservations: Mapping[str, tuple[CapacityReservation, ...]] | None = None,
 ) -> NodePoolInput | None:
     where = f"NodePool {name}"
     template = spec.get("template") or {}
@@ -488,6 +522,8 @@ def _nodepool_input(
     # The built types themselves: NodeOverlays are laid over them (cached on their identity),
     # then the insufficient-capacity marks (``read_cluster``).
     instance_types = catalog.shapes(nodeclass_spec, resolved)
+    if reservations and reservations.get(ref):
+        instance_types = with_reservations(catalog, instance_types, reservations[ref])
     if not instance_types:
         notes.append(f"{where}: EC2NodeClass {ref!r} can launch no instance type of {catalog.region}")
 
@@ -504,6 +540,28 @@ def _nodepool_input(
         nodeclass=ref,
         annotations={str(k): str(v) for k, v in ((template.get("metadata") or {}).get("annotations") or {}).items()},
     )
+
+
+# The types of an EC2NodeClass with its reservations' offerings, per (types, reservations): the
+# same tuple while neither changes, so the solver's NodePool models (kept on its identity) are
+# not rebuilt for every simulation of a disruption round.
+_RESERVED: OrderedDict[tuple, tuple[tuple, tuple]] = OrderedDict()
+_RESERVED_LOCK = threading.Lock()
+
+
+def with_reservations(catalog: Catalog, shapes: tuple, reservations: tuple[CapacityReservation, ...]) -> tuple:
+    key = (id(shapes), reservations)
+    with _RESERVED_LOCK:
+        found = _RESERVED.get(key)
+        if found is not None and found[0] is shapes:
+            _RESERVED.move_to_end(key)
+            return found[1]
+    built = catalog.with_reservations(shapes, reservations)
+    with _RESERVED_LOCK:
+        _RESERVED[key] = (shapes, built)
+        while len(_RESERVED) > OVERLAID_KEPT:
+            _RESERVED.popitem(last=False)
+    return built
 
 
 def _in_use(nodepool: str, nodes: Sequence[ExistingNode]) -> dict[str, int]:
@@ -596,6 +654,7 @@ def plan_to_json(plan: Plan, snapshot: Snapshot, violations: Sequence[Any] | Non
             "instanceType": claim.chosen.instance_type,
             "capacityType": claim.chosen.capacity_type,
             "zone": claim.chosen.zone,
+            **({"capacityReservationId": claim.chosen.reservation_id} if claim.chosen.reservation_id else {}),
             "pricePerHour": _price(claim.price),
             "listPricePerHour": None if claim.chosen.listed is None else _price(claim.chosen.listed),
             "overlays": list(claim.chosen.overlays),

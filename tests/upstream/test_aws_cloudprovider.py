@@ -91,7 +91,11 @@ _CREATE = (
     "(NodeClass readiness, ICE errors, image, zone id, annotations), tested in tests/test_cloud_aws.py"
 )
 _CONTEXT = "the EC2 Context field of the CreateFleet request: EC2 API plumbing, tested in tests/test_cloud_aws.py"
-_RESERVATIONS = "capacity reservations are not modelled yet (issue 19)"
+_RESERVATION_COUNTS = (
+    "the count is marked on the EC2NodeClass status when karpweb's launch records the instance and when it "
+    "terminates the claim; ported at the provider level (test_aws_capacityreservation_provider.py) and tested "
+    "through a launch in tests/test_reservations_cloud.py"
+)
 _SUBNET_IPS = (
     "which subnet of a zone CreateFleet gets (most available IPs, in-flight IP accounting): launch plumbing; the "
     "solver chooses zones, not subnets"
@@ -119,8 +123,6 @@ NOT_PORTED: dict[str, str] = {
     "CloudProvider / EC2 Context / should not set context on the CreateFleet request when min values are relaxed "
     "even if specified on the NodePool": _CONTEXT,
     "CloudProvider / EC2 Context / should default to no EC2 Context": _CONTEXT,
-    "CloudProvider / NodeClaim Drift / should dynamically drift nodeclaims for capacity reservations": _RESERVATIONS,
-    "CloudProvider / NodeClaim Drift / should not drift when capacity reservation falls back to on-demand": _RESERVATIONS,
     "CloudProvider / NodeClaim Drift / should error drift if NodeClaim doesn't have provider id": (
         "karpweb's NodeClaims get their instance id (provider id) when they launch, and the round computes the drift "
         "of launched NodeClaims only: one without is still pending or launching, whose drift is not evaluated (ported "
@@ -156,16 +158,8 @@ NOT_PORTED: dict[str, str] = {
     "EFA-only interfaces": _EFA,
     "CloudProvider / EFA / should not include vpc.amazonaws.com/efa on a nodeclaim if nodeclass configured with "
     "only interface (ENA) network interfaces": _EFA,
-    "CloudProvider / Capacity Reservations / should mark capacity reservations as launched": _RESERVATIONS,
-    "CloudProvider / Capacity Reservations / should mark capacity reservations as terminated": _RESERVATIONS,
-    **{
-        f"CloudProvider / Capacity Reservations / should include capacity reservation labels / {entry}": _RESERVATIONS
-        for entry in (
-            "when the capacity reservation type is default non-interruptible",
-            "when the capacity reservation type is default interruptible",
-            "when the capacity reservation type is capacity-block",
-        )
-    },
+    "CloudProvider / Capacity Reservations / should mark capacity reservations as launched": _RESERVATION_COUNTS,
+    "CloudProvider / Capacity Reservations / should mark capacity reservations as terminated": _RESERVATION_COUNTS,
 }
 
 INSTANCE_FAMILY = "karpenter.k8s.aws/instance-family"
@@ -614,97 +608,135 @@ STATIC_ENTRIES: dict[str, dict[str, Any]] = {
 }
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_userdata(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_userdata(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / UserData"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["UserData"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_tags(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_tags(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / Tags"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["Tags"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_context(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_context(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / Context"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["Context"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_detailedmonitoring(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_detailedmonitoring(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / DetailedMonitoring"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["DetailedMonitoring"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_instancestorepolicy(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_instancestorepolicy(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / InstanceStorePolicy"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["InstanceStorePolicy"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_associatepublicipaddress(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_associatepublicipaddress(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / AssociatePublicIPAddress"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["AssociatePublicIPAddress"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_metadataoptions_httpendpoint(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_metadataoptions_httpendpoint(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / MetadataOptions HTTPEndpoint"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["MetadataOptions HTTPEndpoint"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_metadataoptions_httpprotocolipv6(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_metadataoptions_httpprotocolipv6(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / MetadataOptions HTTPProtocolIPv6"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["MetadataOptions HTTPProtocolIPv6"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_metadataoptions_httpputresponsehoplimit(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_metadataoptions_httpputresponsehoplimit(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / MetadataOptions HTTPPutResponseHopLimit"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["MetadataOptions HTTPPutResponseHopLimit"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_metadataoptions_httptokens(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_metadataoptions_httptokens(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / MetadataOptions HTTPTokens"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["MetadataOptions HTTPTokens"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_devicename(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_devicename(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / BlockDeviceMapping DeviceName"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["BlockDeviceMapping DeviceName"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_rootvolume(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_rootvolume(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / BlockDeviceMapping RootVolume"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["BlockDeviceMapping RootVolume"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_deleteontermination(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_deleteontermination(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / BlockDeviceMapping DeleteOnTermination"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["BlockDeviceMapping DeleteOnTermination"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_encrypted(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_encrypted(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / BlockDeviceMapping Encrypted"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["BlockDeviceMapping Encrypted"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_iops(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_iops(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / BlockDeviceMapping IOPS"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["BlockDeviceMapping IOPS"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_kmskeyid(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_kmskeyid(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / BlockDeviceMapping KMSKeyID"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["BlockDeviceMapping KMSKeyID"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_snapshotid(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_snapshotid(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / BlockDeviceMapping SnapshotID"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["BlockDeviceMapping SnapshotID"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_throughput(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_throughput(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / BlockDeviceMapping Throughput"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["BlockDeviceMapping Throughput"])
 
 
-def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_volumetype(disruption_env: DisruptionEnv):
+def test_should_return_drifted_if_a_statically_drifted_ec2nodeclass_spec_field_is_updated_blockdevicemapping_volumetype(
+    disruption_env: DisruptionEnv,
+):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should return drifted if a statically drifted EC2NodeClass.Spec field is updated / BlockDeviceMapping VolumeType"""
     _static_drift_case(disruption_env, STATIC_ENTRIES["BlockDeviceMapping VolumeType"])
 
@@ -728,9 +760,7 @@ def _dynamic_case(env: DisruptionEnv, changes: Mapping[str, Any]) -> None:
 
 def test_should_not_return_drifted_if_dynamic_fields_are_updated_ami_drift(disruption_env: DisruptionEnv):
     """CloudProvider / NodeClaim Drift / Static Drift Detection / should not return drifted if dynamic fields are updated / AMI Drift"""
-    _dynamic_case(
-        disruption_env, {"amiFamily": "AL2023", "amiSelectorTerms": [{"tags": {"ami-key-1": "ami-value-1"}}]}
-    )
+    _dynamic_case(disruption_env, {"amiFamily": "AL2023", "amiSelectorTerms": [{"tags": {"ami-key-1": "ami-value-1"}}]})
 
 
 def test_should_not_return_drifted_if_dynamic_fields_are_updated_subnet_drift(disruption_env: DisruptionEnv):

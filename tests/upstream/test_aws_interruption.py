@@ -60,14 +60,7 @@ from provisioning.services import interruption
 SOURCE = "aws/karpenter-provider-aws pkg/controllers/interruption/suite_test.go"
 COMMIT = "1d927085dd81a9df9301e613f371dac5b4d16bfe"
 
-NOT_PORTED: dict[str, str] = {
-    "InterruptionHandling / Processing Messages / should mark the capacity reservation as unavailable when getting "
-    "an interruption warning": (
-        "karpweb has no capacity reservation provider yet (no reservations are discovered or counted, so there "
-        "is no available-instance count to set to 0); the interruption itself drains the node, ported as "
-        "test_should_delete_the_nodeclaim_when_receiving_a_capacity_reservation_interruption_warning"
-    ),
-}
+NOT_PORTED: dict[str, str] = {}
 
 RESERVATION = {
     "karpenter.k8s.aws/capacity-reservation-id": "cr-56fac701cc1951b03",
@@ -147,14 +140,36 @@ def test_should_delete_the_nodeclaim_when_receiving_a_spot_interruption_warning(
 def test_should_delete_the_nodeclaim_when_receiving_a_capacity_reservation_interruption_warning(env, aws, queue):
     """InterruptionHandling / Processing Messages / should delete the NodeClaim when receiving a capacity reservation interruption warning
 
-    The NodeClaim carries upstream's capacity reservation labels (id and type); karpweb sells no
-    reserved offering yet, so the node is on demand otherwise."""
+    The NodeClaim carries upstream's capacity reservation labels (id and type); the environment's
+    catalog has no reservation, so the node is priced as on-demand."""
     node, iid = node_on(env, capacity_type="on-demand", labels=RESERVATION)
     send(queue, capacity_reservation_interruption_message(iid))
     assert drain_queue(queue) == 1
     assert disrupted("capacity_reservation_interrupted") == 1
     expect_deleted(node, "capacity_reservation_interrupted")
     assert left_in(queue) == 0
+
+
+def test_should_mark_the_capacity_reservation_as_unavailable_when_getting_an_interruption_warning(env, aws, queue):
+    """InterruptionHandling / Processing Messages / should mark the capacity reservation as unavailable when getting an interruption warning
+
+    Upstream's availability cache is the EC2NodeClass's ``status.capacityReservations`` (the
+    count each entry has left, which the reserved offerings read): set to 0 for the reservation."""
+    from provisioning.models import EC2NodeClass
+
+    rid = RESERVATION["karpenter.k8s.aws/capacity-reservation-id"]
+    entry = {"id": rid, "instanceType": "m5.large", "availabilityZone": "us-east-1a", "availableInstanceCount": 5}
+    other = {**entry, "id": "cr-0other"}
+    EC2NodeClass.objects.filter(name="default").update(status={"capacityReservations": [entry, other]})
+    node, iid = node_on(env, capacity_type="on-demand", labels=RESERVATION)
+    send(queue, capacity_reservation_interruption_message(iid))
+    assert drain_queue(queue) == 1
+    counts = {
+        e["id"]: e["availableInstanceCount"]
+        for e in EC2NodeClass.objects.get(name="default").status["capacityReservations"]
+    }
+    assert counts == {rid: 0, "cr-0other": 5}
+    expect_deleted(node, "capacity_reservation_interrupted")
 
 
 def test_should_delete_the_nodeclaim_when_receiving_a_scheduled_change_message(env, aws, queue):

@@ -10,6 +10,8 @@ default the cluster name, ``""`` none) and its five EventBridge rules. In front 
 * the insufficient-capacity knob with its control endpoint
   ``GET``/``POST /_karpweb/insufficient-capacity``, ``ClientToken`` idempotency and
   ``GET /_karpweb/launch-calls`` (``capacity``);
+* ``GET``/``POST``/``DELETE /_karpweb/capacity-reservations``: capacity reservations, answered
+  by DescribeCapacityReservations and filled by launches that target them (``reservations``);
 * ``POST /_karpweb/interrupt`` (``{"instanceIds": [...], "kind": "spot-interruption" |
   "rebalance" | "scheduled-change" | "stopping" | "terminating"}``), which puts EC2's (or
   AWS Health's) event for each instance through EventBridge into the queue, stops or

@@ -37,6 +37,15 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 from xml.sax.saxutils import escape
 
+from provisioning.cloud.simulated.reservations import (
+    FULL_CODE,
+    RELEASE_PATH,
+    RESERVATIONS_PATH,
+    TARGET_PARAM,
+    CapacityReservations,
+    launched_instance_ids,
+    with_reservation_ids,
+)
 from provisioning.cloud.simulated.seed import DEFAULT_REGION, account_id
 
 CONTROL_PATH = "/_karpweb/insufficient-capacity"
@@ -45,6 +54,9 @@ LAUNCH_CALLS_KEPT = 10_000
 INSUFFICIENT_CAPACITY_ENV = "KARPWEB_SIM_INSUFFICIENT_CAPACITY"
 EC2_XMLNS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 LAUNCH_ACTIONS = ("CreateFleet", "RunInstances")
+DEFAULT_CAPACITY_TYPE = "TargetCapacitySpecification.DefaultTargetCapacityType"
+# The other EC2 actions the capacity reservations change the answer of.
+RESERVATION_ACTIONS = ("DescribeCapacityReservations", "DescribeInstances", "TerminateInstances")
 CAPACITY_TYPES = ("spot", "on-demand", "*")
 
 
@@ -177,9 +189,16 @@ class CapacityMiddleware:
     """WSGI middleware in front of moto: the insufficient-capacity knob, its control
     endpoint and ``ClientToken`` idempotency for RunInstances and CreateFleet."""
 
-    def __init__(self, app: Callable, offerings: ExhaustedOfferings, region: str = DEFAULT_REGION) -> None:
+    def __init__(
+        self,
+        app: Callable,
+        offerings: ExhaustedOfferings,
+        region: str = DEFAULT_REGION,
+        reservations: CapacityReservations | None = None,
+    ) -> None:
         self.app = app
         self.offerings = offerings
+        self.reservations = reservations if reservations is not None else CapacityReservations()
         self.region = region
         self._launch_lock = threading.Lock()
         self._client_tokens: dict[tuple[str, str, str], tuple[str, tuple[str, list, bytes]]] = {}
@@ -192,11 +211,15 @@ class CapacityMiddleware:
             return self._respond(start_response, self._control(environ))
         if environ.get("PATH_INFO") == LAUNCH_CALLS_PATH:
             return self._respond(start_response, _json("200 OK", {"calls": list(self.launch_calls)}))
+        if environ.get("PATH_INFO") in (RESERVATIONS_PATH, RELEASE_PATH):
+            return self._respond(start_response, self._reservations_control(environ))
         arrived = time.time()
         params = self._ec2_launch_params(environ)
         if params is None:
             return self.app(environ, start_response)
         action = next(v for k, v in params if k == "Action")
+        if action in RESERVATION_ACTIONS:
+            return self._respond(start_response, self._reservation_action(environ, action, params))
         token = next((v for k, v in params if k == "ClientToken"), "")
         self.launch_calls.append({"action": action, "clientToken": token, "at": arrived})
         with self._launch_lock:
@@ -216,7 +239,7 @@ class CapacityMiddleware:
             environ["CONTENT_LENGTH"] = str(len(body))
             params += parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
         action = next((v for k, v in params if k == "Action"), "")
-        if action not in LAUNCH_ACTIONS:
+        if action not in LAUNCH_ACTIONS and action not in RESERVATION_ACTIONS:
             return None
         if next((v for k, v in params if k == "DryRun"), "").lower() == "true":
             return None  # EC2 checks permissions only; moto answers DryRunOperation
@@ -271,6 +294,50 @@ class CapacityMiddleware:
         elif method != "GET":
             return _json("405 Method Not Allowed", {"error": "GET or POST"})
         return _json("200 OK", {"offerings": self.offerings.keys()})
+
+    # -------------------------------------------------------------- capacity reservations
+
+    def _reservations_control(self, environ: dict[str, Any]) -> tuple[str, list, bytes]:
+        method = environ.get("REQUEST_METHOD")
+        try:
+            payload = json.loads(read_body(environ) or b"{}") if method in ("POST", "DELETE") else {}
+        except ValueError as exc:
+            return _json("400 Bad Request", {"error": f"not JSON: {exc}"})
+        if environ.get("PATH_INFO") == RELEASE_PATH:
+            if method != "POST":
+                return _json("405 Method Not Allowed", {"error": "POST"})
+            ids = payload.get("instanceIds") if isinstance(payload, dict) else None
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                return _json("400 Bad Request", {"error": 'expected {"instanceIds": ["i-...", ...]}'})
+            return _json("200 OK", {"released": self.reservations.release(ids)})
+        if method == "POST":
+            try:
+                created = self.reservations.create(payload)
+            except ValueError as exc:
+                return _json("400 Bad Request", {"error": str(exc)})
+            return _json("201 Created", created.as_json())
+        if method == "DELETE":
+            ids = payload.get("ids") if isinstance(payload, dict) else None
+            if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+                return _json("400 Bad Request", {"error": 'expected {"ids": ["cr-...", ...]} or no body'})
+            return _json("200 OK", {"deleted": self.reservations.delete(ids)})
+        if method != "GET":
+            return _json("405 Method Not Allowed", {"error": "GET, POST or DELETE"})
+        return _json("200 OK", {"capacityReservations": self.reservations.listing()})
+
+    def _reservation_action(
+        self, environ: dict[str, Any], action: str, params: list[tuple[str, str]]
+    ) -> tuple[str, list, bytes]:
+        if action == "DescribeCapacityReservations":
+            return "200 OK", [("Content-Type", "text/xml")], self.reservations.describe(params)
+        response = self._forward(environ)
+        if not response[0].startswith("200"):
+            return response
+        if action == "TerminateInstances":
+            self.reservations.release([v for k, v in params if k.startswith("InstanceId.")])
+            return response
+        status, headers, body = response
+        return status, headers, with_reservation_ids(body, self.reservations.reservation_of())
 
     # -------------------------------------------------------------- launches
 
@@ -353,10 +420,20 @@ class CapacityMiddleware:
         )
         market = get("InstanceMarketOptions.MarketType") or (data.get("InstanceMarketOptions") or {}).get("MarketType")
         capacity_type = "spot" if market == "spot" else "on-demand"
-        if self.offerings.take(capacity_type, instance_type, zone, 1) == 0:
+        reservation = get(TARGET_PARAM) or _reservation_target(data)
+        if reservation:
+            # A reservation's instances are its own: the offerings' knob does not apply.
+            refused = self.reservations.check(reservation, instance_type, zone)
+            if refused is not None:
+                return ec2_error(
+                    *refused, "400 Bad Request" if refused[0] != FULL_CODE else "500 Internal Server Error"
+                ), False
+        elif self.offerings.take(capacity_type, instance_type, zone, 1) == 0:
             message = insufficient_capacity_message(capacity_type, instance_type, zone, self._zones(ec2))
             return ec2_error("InsufficientInstanceCapacity", message), False
         response = self._forward(environ)
+        if reservation and response[0].startswith("200"):
+            self.reservations.add_instances(reservation, launched_instance_ids(response[2]))
         return response, response[0].startswith("200")
 
     def _create_fleet(self, environ: dict, params: list[tuple[str, str]]) -> tuple[tuple[str, list, bytes], bool]:
@@ -365,7 +442,7 @@ class CapacityMiddleware:
             response = self._forward(environ)
             return response, response[0].startswith("200")
         ec2 = self._backend(environ)
-        capacity_type = get("TargetCapacitySpecification.DefaultTargetCapacityType") or "on-demand"
+        capacity_type = get(DEFAULT_CAPACITY_TYPE) or "on-demand"
         others: list[tuple[str, str]] = []
         configs: dict[int, _FleetConfig] = {}
         for key, value in params:
@@ -392,6 +469,7 @@ class CapacityMiddleware:
         pools: list[tuple[_FleetConfig, list[tuple[str, str]], int]] = []  # config, override, instances
         errors: list[str] = []
         zones = self._zones(ec2)
+        reserved: dict[int, str] = {}  # config index → the reservation its launch template targets
         for config in (configs[i] for i in sorted(configs)):
             template, data = self._template_data(
                 ec2,
@@ -399,6 +477,9 @@ class CapacityMiddleware:
                 config.field("LaunchTemplateSpecification.LaunchTemplateName"),
                 config.field("LaunchTemplateSpecification.Version"),
             )
+            reservation = _reservation_target(data)
+            if reservation:
+                reserved[config.index] = reservation
             for _number, fields in sorted(config.overrides, key=lambda o: o[0]) or [(0, [])]:
                 values = dict(fields)
                 instance_type = values.get("InstanceType") or data.get("InstanceType", "")
@@ -407,6 +488,16 @@ class CapacityMiddleware:
                     or self._subnet_zone(ec2, values.get("SubnetId", ""))
                     or self._template_zone(ec2, data)
                 )
+                if reservation:
+                    refused = self.reservations.check(reservation, instance_type, zone) if needed else None
+                    got = 0 if refused else min(needed, self.reservations.available(reservation))
+                    if got:
+                        pools.append((config, fields, got))
+                        needed -= got
+                    if refused or needed:
+                        code, message = refused or (FULL_CODE, f"Insufficient capacity in {reservation}.")
+                        errors.append(self._error_item(config, template, values, capacity_type, message, code))
+                    continue
                 if instance_type and self.offerings.exhausted(capacity_type, instance_type, zone):
                     got = 0
                 elif not needed:
@@ -419,7 +510,7 @@ class CapacityMiddleware:
                     message = insufficient_capacity_message(capacity_type, instance_type, zone, zones)
                     errors.append(self._error_item(config, template, values, capacity_type, message))
 
-        if not errors:
+        if not errors and not reserved:
             response = self._forward(environ)
             return response, response[0].startswith("200")
         if not pools:
@@ -437,18 +528,31 @@ class CapacityMiddleware:
         prefix = "LaunchTemplateConfigs.1."
         for config, fields, count in pools:
             rewritten = [(k, str(count) if k == target else v) for k, v in others]
+            # moto knows on-demand and spot only: a Capacity Block's fleet runs as on-demand there.
+            rewritten = [
+                (k, "on-demand" if k == DEFAULT_CAPACITY_TYPE and v == "capacity-block" else v) for k, v in rewritten
+            ]
             rewritten += [(prefix + k, v) for k, v in config.fields]
             if config.overrides:
                 rewritten += [(f"{prefix}Overrides.1.{k}", v) for k, v in fields]
             answer = self._forward(environ, rewritten)
             if not answer[0].startswith("200"):
                 return answer, False
+            if config.index in reserved:
+                self.reservations.add_instances(reserved[config.index], launched_instance_ids(answer[2]))
             answers.append(answer[2])
         status, headers, _ = answer
         return (status, headers, _add_fleet_errors(_merge_fleet_instances(answers), errors)), True
 
     @staticmethod
-    def _error_item(config: _FleetConfig, template: Any, values: dict[str, str], lifecycle: str, message: str) -> str:
+    def _error_item(
+        config: _FleetConfig,
+        template: Any,
+        values: dict[str, str],
+        lifecycle: str,
+        message: str,
+        code: str = "InsufficientInstanceCapacity",
+    ) -> str:
         spec = ""
         template_id = config.field("LaunchTemplateSpecification.LaunchTemplateId") or getattr(template, "id", "")
         name = config.field("LaunchTemplateSpecification.LaunchTemplateName") or getattr(template, "name", "")
@@ -466,9 +570,15 @@ class CapacityMiddleware:
             "<item><launchTemplateAndOverrides>"
             f"<launchTemplateSpecification>{spec}</launchTemplateSpecification>"
             f"<overrides>{overrides}</overrides></launchTemplateAndOverrides>"
-            f"<lifecycle>{escape(lifecycle)}</lifecycle><errorCode>InsufficientInstanceCapacity</errorCode>"
+            f"<lifecycle>{escape(lifecycle)}</lifecycle><errorCode>{escape(code)}</errorCode>"
             f"<errorMessage>{escape(message)}</errorMessage></item>"
         )
+
+
+def _reservation_target(template_data: dict) -> str:
+    """The capacity reservation a launch template's data targets, or ""."""
+    spec = template_data.get("CapacityReservationSpecification") or {}
+    return str((spec.get("CapacityReservationTarget") or {}).get("CapacityReservationId") or "")
 
 
 def _merge_fleet_instances(bodies: list[bytes]) -> bytes:

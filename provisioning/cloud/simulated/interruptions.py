@@ -17,6 +17,9 @@
     (``AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED``, category ``scheduledChange``).
   * ``stopping`` / ``terminating``: moto stops / terminates the instance, and the
     *EC2 Instance State-change Notification* ``stopping`` / ``shutting-down`` follows.
+  * ``capacity-reservation-interruption``: *EC2 Capacity Reservation Instance Interruption
+    Warning* (``{"instance-id", "instance-action": "terminate"}``), an interruptible
+    reservation reclaiming the instance.
 
   The answer is ``{"sent": N}``, the number of events put. Instances moto does not know get
   their events all the same (the account may hold instances nobody provisioned).
@@ -67,7 +70,8 @@ REBALANCE = "rebalance"
 SCHEDULED_CHANGE = "scheduled-change"
 STOPPING = "stopping"
 TERMINATING = "terminating"
-KINDS = (SPOT_INTERRUPTION, REBALANCE, SCHEDULED_CHANGE, STOPPING, TERMINATING)
+RESERVATION_INTERRUPTION = "capacity-reservation-interruption"
+KINDS = (SPOT_INTERRUPTION, REBALANCE, SCHEDULED_CHANGE, STOPPING, TERMINATING, RESERVATION_INTERRUPTION)
 
 RETIREMENT_EVENT_TYPE = "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED"
 SCHEDULED_CHANGE_LEAD = timedelta(days=14)  # Health notices come about two weeks ahead
@@ -263,6 +267,10 @@ class InterruptionMiddleware:
                     self._start_spot_notice(instance_id)
                 elif kind == REBALANCE:
                     sent += self._put(*messages.REBALANCE, {"instance-id": instance_id}, [self._arn(instance_id)])
+                elif kind == RESERVATION_INTERRUPTION:
+                    # An interruptible reservation being reclaimed: a 2-minute warning, as EC2's.
+                    detail = {"instance-id": instance_id, "instance-action": "terminate"}
+                    sent += self._put(*messages.RESERVATION_WARNING, detail, [self._arn(instance_id)])
                 elif kind == SCHEDULED_CHANGE:
                     sent += self._put(*messages.HEALTH_EVENT, self._retirement(instance_id), [instance_id])
                 elif kind == STOPPING:

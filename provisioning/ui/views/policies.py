@@ -14,7 +14,7 @@ from django.views.decorators.http import require_http_methods, require_safe
 
 from provisioning.crd.manifest import dump_yaml
 from provisioning.models import RESOURCE_MODELS, AuditEntry, ClusterNode, EC2NodeClass, NodeOverlay, NodePool
-from provisioning.services import overlays
+from provisioning.services import overlays, reservations
 from provisioning.services.policy import (
     Conflict,
     Invalid,
@@ -110,6 +110,8 @@ def policy_detail(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     if obj is not None:
         context["yaml"] = dump_yaml([obj.to_manifest()])
         context["warnings"] = validate_manifest(obj.to_manifest(server_fields=False)).warnings
+    if isinstance(obj, EC2NodeClass):
+        context["reservations"] = reservations.nodeclass_reservations(obj)
     if isinstance(obj, NodeOverlay):
         # What it does now, as the next plan will apply it (the status is at most a minute old).
         context["verdict"] = overlays.evaluate().get(obj.name)
