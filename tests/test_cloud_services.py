@@ -15,6 +15,7 @@ from provisioning import tasks
 from provisioning.cloud import ice
 from provisioning.cloud.base import Throttled
 from provisioning.cloud.launch import launch_batch_with_backoff
+from provisioning.disruption.drift import resolved_drift
 from provisioning.models import EC2NodeClass, NodeClaim
 from provisioning.services import cloud as cloud_service
 from provisioning.services import connections, launchbatch, provision
@@ -142,7 +143,11 @@ def test_a_pending_claim_launches_spot_once_and_records_the_instance(env):
     # What drift compares against the EC2NodeClass's status later: what EC2 launched it with.
     launched = c.spec["launched"]
     assert launched["imageId"] == instances[0]["ImageId"] and launched["subnetId"] == instances[0]["SubnetId"]
-    assert launched["securityGroupIds"] == sorted(g["GroupId"] for g in instances[0]["SecurityGroups"])
+    # Its security groups are the launch template's, those the EC2NodeClass resolves to: the
+    # node has not drifted.
+    status = EC2NodeClass.objects.get(name=c.nodeclass_name).status
+    assert launched["securityGroupIds"] == sorted(g["id"] for g in status["securityGroups"])
+    assert resolved_drift(launched, status) is None
 
 
 def test_spot_without_capacity_falls_back_to_on_demand_and_marks_the_ice_cache(env):

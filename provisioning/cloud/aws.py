@@ -556,7 +556,11 @@ class AWSCloud:
             raise fleet_failure(response, request, planned)
         if response.get("Errors"):
             log.info("fleet for %s launched despite errors: %s", request.nodeclaim_name, errors_summary(response))
-        instance = self._describe_instance(launched.id) or launched
+        # Its groups are the launch template's, as in _run_instances (moto's description has
+        # the VPC's default group instead): drift compares them with the EC2NodeClass later.
+        instance = replace(
+            self._describe_instance(launched.id) or launched, security_group_ids=launched.security_group_ids
+        )
         if request.capacity_type == "reserved" and not instance.capacity_reservation_id:
             # Not described yet: the reservation is the one of the offering it launched as.
             hit = next(
