@@ -9,7 +9,7 @@ import csv
 import io
 import re
 import xml.etree.ElementTree as ET
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from builders import nodeclaim
@@ -187,6 +187,7 @@ def allocated():
     add_pod("batch-1", "jobs", node="n2", cpu="1500m", memory="1Gi")
     for minutes in (2, 1, 0):
         allocation.record(now - timedelta(minutes=minutes))
+    return now
 
 
 def svg_groups(html: str, chart_id: str) -> list[str]:
@@ -267,6 +268,7 @@ def test_before_allocation_is_recorded_the_page_says_how_it_will_be(viewer, runn
 
 
 def test_the_csv_has_the_allocation_and_its_idle_capacity(viewer, allocated):
+    sampled_at = allocated  # the last sample's time
     response = viewer.get("/spend/?range=1h&by=label:team&format=csv")
     rows = list(csv.reader(io.StringIO(response.content.decode())))[1:]
     allocated = [row for row in rows if row[2] == "label:team"]
@@ -274,10 +276,14 @@ def test_the_csv_has_the_allocation_and_its_idle_capacity(viewer, allocated):
     buckets = len({row[0] for row in rows})
     assert {row[3] for row in allocated} == {"payments", "storefront", "(no team)"}
     assert len(allocated) == 3 * buckets and len(idle) == buckets
-    last = {row[3]: row[4] for row in allocated if row[0] == max(r[0] for r in rows)}
+    # The bucket of the last sample's time (a second before it: the last bucket ends at the
+    # request's second); the request may come in the next minute, a bucket later.
+    when = lambda text: datetime.fromisoformat(text.replace("Z", "+00:00"))  # noqa: E731
+    (bucket,) = {row[0] for row in rows if when(row[0]) <= sampled_at - timedelta(seconds=1) < when(row[1])}
+    last = {row[3]: row[4] for row in allocated if row[0] == bucket}
     assert last == {"payments": "0.400000", "storefront": "0.200000", "(no team)": "0.300000"}
-    assert idle[-1][3:5] == ["idle", "0.300000"]
-    nodepools = [row for row in rows if row[2] == "nodepool" and row[0] == idle[-1][0]]
+    assert [row[3:5] for row in idle if row[0] == bucket] == [["idle", "0.300000"]]
+    nodepools = [row for row in rows if row[2] == "nodepool" and row[0] == bucket]
     assert sum(float(row[4]) for row in nodepools) == pytest.approx(1.20)  # the same nodes, by NodePool
 
 
