@@ -91,6 +91,16 @@ def _expected_version(request: Request, document: dict[str, Any]) -> str | None:
     raise PreconditionRequired()
 
 
+def _merge_patch(request: Request, obj: Any) -> tuple[dict[str, Any], str]:
+    """A PATCH's merge patch and the version it applies to. The patch applies to the version
+    read here, which must be the one the caller names; with If-Match: * it is still the one
+    the write must find (no lost update between)."""
+    patch = _one_document(request.data)
+    if request.content_type.startswith("application/json-patch+json"):
+        raise UnsupportedMediaType(request.content_type, "JSON patch is not supported; send a merge patch")
+    return patch, _expected_version(request, patch) or str(obj.resource_version)
+
+
 def _one_document(data: Any) -> dict[str, Any]:
     if isinstance(data, list):
         raise ParseError(f"expected one manifest, found {len(data)}; send them one request each")
@@ -214,12 +224,7 @@ class PolicyDetail(_PolicyView):
     )
     def patch(self, request: Request, name: str) -> Response:
         obj = self._get(name)
-        patch = _one_document(request.data)
-        if request.content_type.startswith("application/json-patch+json"):
-            raise UnsupportedMediaType(request.content_type, "JSON patch is not supported; send a merge patch")
-        # The patch applies to the version read here, which must be the one the caller names;
-        # with If-Match: * it is still the one the write must find (no lost update between).
-        expected = _expected_version(request, patch) or str(obj.resource_version)
+        patch, expected = _merge_patch(request, obj)
         current = obj.to_manifest()
         current.pop("status", None)
         merged = self._same_name(merge_patch(current, patch), name)
@@ -362,9 +367,6 @@ class NodePoolScale(PolicyDetail):
     )
     def patch(self, request: Request, name: str) -> Response:
         obj = self._get(name)
-        patch = _one_document(request.data)
-        if request.content_type.startswith("application/json-patch+json"):
-            raise UnsupportedMediaType(request.content_type, "JSON patch is not supported; send a merge patch")
-        expected = _expected_version(request, patch) or str(obj.resource_version)
+        patch, expected = _merge_patch(request, obj)
         merged = self._same_name(merge_patch(scale_of(obj), patch), name)
         return self._scaled(request, obj, _replicas(merged), expected)
