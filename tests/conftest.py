@@ -73,3 +73,19 @@ def webhook_role(settings):
     settings.ROOT_URLCONF = settings.URLCONFS["webhook"]
     settings.MIDDLEWARE = settings.WEBHOOK_MIDDLEWARE
     return settings
+
+
+@pytest.fixture
+def on_simulated_aws(simulated_aws, redis_url, settings, monkeypatch):
+    """The platform pointed at the simulated AWS: its endpoint and credentials in the
+    environment, its region, the test's Redis, and clients made afresh for them."""
+    from provisioning.services import cloud as cloud_service
+    from provisioning.services import connections
+
+    for key, value in simulated_aws.env().items():
+        monkeypatch.setenv(key, value)
+    settings.REDIS_URL = redis_url
+    settings.AWS_REGION = simulated_aws.region
+    connections.reset()
+    cloud_service.get_cloud.cache_clear()
+    return simulated_aws

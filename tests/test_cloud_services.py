@@ -26,15 +26,10 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def env(simulated_aws, redis_url, settings, monkeypatch, seed_ec2nodeclass, seed_nodepool):
-    for key, value in simulated_aws.env().items():
-        monkeypatch.setenv(key, value)
-    settings.REDIS_URL = redis_url
-    settings.AWS_REGION = simulated_aws.region
+def env(on_simulated_aws, settings, seed_ec2nodeclass, seed_nodepool):
+    simulated_aws = on_simulated_aws
     settings.KARPWEB_CLUSTER_NAME = CLUSTER
     settings.KARPWEB_LAUNCH_API = "fleet"
-    connections.reset()
-    cloud_service.get_cloud.cache_clear()
     redis = connections.get_redis()
     for key in redis.scan_iter("karpweb:ice:*"):
         redis.delete(key)

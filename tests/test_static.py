@@ -73,15 +73,10 @@ class Synchronous:
 
 
 @pytest.fixture
-def aws(simulated_aws, redis_url, settings, monkeypatch, seed_ec2nodeclass):
-    for key, value in simulated_aws.env().items():
-        monkeypatch.setenv(key, value)
-    settings.REDIS_URL = redis_url
-    settings.AWS_REGION = simulated_aws.region
+def aws(on_simulated_aws, settings, seed_ec2nodeclass):
+    simulated_aws = on_simulated_aws
     settings.KARPWEB_CLUSTER_NAME = CLUSTER
     settings.KARPWEB_CLUSTER = "simulated"
-    connections.reset()
-    cloud_service.get_cloud.cache_clear()
     redis = connections.get_redis()
     for key in redis.scan_iter("karpweb:*"):
         redis.delete(key)

@@ -16,14 +16,9 @@ DISCOVERY = {"karpenter.sh/discovery": "test"}
 
 
 @pytest.fixture(name="aws")
-def aws_fixture(simulated_aws, redis_url, settings, monkeypatch, seed_ec2nodeclass, seed_nodepool):
-    for key, value in simulated_aws.env().items():
-        monkeypatch.setenv(key, value)
-    settings.REDIS_URL = redis_url
-    settings.AWS_REGION = simulated_aws.region
+def aws_fixture(on_simulated_aws, settings, seed_ec2nodeclass, seed_nodepool):
+    simulated_aws = on_simulated_aws
     settings.KARPWEB_CLUSTER_NAME = CLUSTER
-    connections.reset()
-    cloud_service.get_cloud.cache_clear()
     simulated_aws.delete_capacity_reservations()
     seed_ec2nodeclass["spec"]["capacityReservationSelectorTerms"] = [{"tags": DISCOVERY}]
     apply_manifest(seed_ec2nodeclass, source="cli")
