@@ -337,6 +337,30 @@ def test_a_move_that_needs_two_new_nodes_is_refused():
     assert command.candidates == ("db-a",) and len(command.replacements) == 1
 
 
+def test_a_node_whose_consolidation_its_recheck_cancelled_backs_off_doubling_each_time():
+    """karpweb's addition to upstream: a consolidation the re-check cancelled is not planned
+    again for a minute, two after a second cancel, so the candidates behind it get their turn."""
+
+    def cluster(cancelled):
+        return [
+            node("full", "c5.2xlarge", pods("big", 1, "3", "1Gi"), blocked_by=DO_NOT_DISRUPT),
+            node("light", "m5.large", pods("a", 1, "1", "1Gi"), recheck_cancelled=cancelled),
+        ]
+
+    result = run(cluster((NOW - 30,)))
+    assert result.commands == ()
+    assert result.not_candidates["light"] == (
+        "its consolidation was cancelled on its re-check 30s ago (the cluster changed under the plan): "
+        "looked at again in 30s"
+    )
+    assert only(run(cluster((NOW - 61,)))).candidates == ("light",)
+    twice = run(cluster((NOW - 200, NOW - 61)))
+    assert twice.commands == () and twice.not_candidates["light"].endswith("looked at again in 59s")
+    assert only(run(cluster((NOW - 2 * HOUR, NOW - 61)))).candidates == ("light",)  # an old cancel is forgotten
+    # The re-check of a command that holds the node asks only whether it can still go.
+    assert only(run(cluster((NOW - 30,)), recheck=True)).candidates == ("light",)
+
+
 def test_balanced_refuses_a_move_that_saves_too_little_for_its_disruption():
     balanced = PoolPolicy("general", "Balanced", budgets=EVERYTHING)
     result = run([node("oversized", "c5.2xlarge", pods("web", 1, "500m", "1Gi"))], balanced)

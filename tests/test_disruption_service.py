@@ -128,6 +128,28 @@ def test_a_cancelled_plan_says_what_the_recheck_found(cluster):
     assert "default/keep" in planned.message and "do-not-disrupt" in planned.message
 
 
+def test_a_node_whose_consolidation_its_recheck_cancelled_waits_a_minute_before_it_is_planned_again(cluster):
+    add_node("ip-room", annotations={"karpenter.sh/do-not-disrupt": "true"})  # takes pods, never goes
+    add_node("ip-light")
+    add_pod("web-0", "ip-light")
+    now = timezone.now()
+    planned = disruption.run(now)
+    assert planned.reason == "Underutilized" and planned.nodes == ["ip-light"] and not planned.replacement_plan
+    room = ClusterNode.objects.get(name="ip-room")
+    room.manifest["spec"]["unschedulable"] = True  # cordoned meanwhile: web-0 has nowhere to go
+    room.save()
+    disruption.run(now + timedelta(seconds=16))
+    planned.refresh_from_db()
+    assert planned.state == Disruption.State.CANCELLED and planned.started_at is None
+    room.manifest["spec"].pop("unschedulable")
+    room.save()
+    assert disruption.run(now + timedelta(seconds=31)) is None
+    note = ClusterNode.objects.get(name="ip-light").disruption_note
+    assert note.startswith("its consolidation was cancelled on its re-check 15s ago") and note.endswith("in 45s")
+    again = disruption.run(now + timedelta(seconds=77))
+    assert again.pk != planned.pk and again.nodes == ["ip-light"] and again.state == Disruption.State.PLANNED
+
+
 def test_do_not_disrupt_and_pdbs_keep_nodes_with_the_reason(cluster):
     add_node("ip-a", annotations={"karpenter.sh/do-not-disrupt": "true"})
     add_node("ip-b")

@@ -108,5 +108,27 @@ def not_consolidatable(candidate: Candidate, policy: PoolPolicy, now: float) -> 
     return None
 
 
+# A single-node consolidation its re-check cancelled is not planned again for a minute,
+# doubling with each cancel of the same node within the window (at most ten minutes).
+RECHECK_BACKOFF_SECONDS = 60.0
+MAX_RECHECK_BACKOFF_SECONDS = 600.0
+RECHECK_BACKOFF_WINDOW_SECONDS = 3600.0
+
+
+def recheck_backoff(candidate: Candidate, now: float) -> float:
+    """Seconds until single-node consolidation may choose the node again after its re-check
+    cancelled a single-node consolidation of it (0 when it may now).
+
+    Upstream plans the first candidate that consolidates every round, so a node whose plan the
+    cluster keeps overtaking (pods of nodes still draining bind where the plan moved its pods,
+    a topology spread shifts) is planned and cancelled again and again while every candidate
+    behind it waits. Backing off lets the others be looked at and the drains settle."""
+    recent = [t for t in candidate.recheck_cancelled if now - t < RECHECK_BACKOFF_WINDOW_SECONDS]
+    if not recent:
+        return 0.0
+    wait = min(RECHECK_BACKOFF_SECONDS * 2 ** (len(recent) - 1), MAX_RECHECK_BACKOFF_SECONDS)
+    return max(0.0, max(recent) + wait - now)
+
+
 def describe_pods(candidate: Candidate) -> str:
     return plural(len(candidate.pods), "pod")

@@ -169,6 +169,9 @@ class Candidate:
     # type, zone or capacity type label, whose price and replacements cannot be read.
     unconsolidatable: str | None = None
     drifted_at: float | None = None  # when it was first seen drifted: the earliest drift goes first
+    # When single-node consolidations of it were cancelled on their re-check lately (epoch
+    # seconds): single-node consolidation backs off from it after each (``recheck_backoff``).
+    recheck_cancelled: tuple[float, ...] = ()
 
     @property
     def empty(self) -> bool:

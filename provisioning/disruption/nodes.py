@@ -47,6 +47,8 @@ class Claim:
     drifted_at: float | None = None
     disrupting: bool = False  # being replaced, drained or deleted already
     nominated: bool = False  # pending pods are nominated to it: the provisioner counts on its room
+    # When single-node consolidations of it were cancelled on their re-check lately (epoch seconds).
+    recheck_cancelled: tuple[float, ...] = ()
 
 
 def annotation_blocks(value: str | None, since: float | None, now: float) -> bool:
@@ -132,6 +134,7 @@ def candidate(
         expire_after_seconds=claim.expire_after_seconds,
         termination_grace_period_seconds=claim.termination_grace_period_seconds,
         unconsolidatable=unconsolidatable(node, claim),
+        recheck_cancelled=claim.recheck_cancelled,
     )
 
 

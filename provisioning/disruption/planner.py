@@ -33,6 +33,7 @@ from provisioning.disruption.candidates import (
     grace_period,
     interleave_pools,
     not_consolidatable,
+    recheck_backoff,
 )
 from provisioning.disruption.model import (
     DRIFTED,
@@ -484,6 +485,16 @@ class _Round:
                 return []
             if budget.left(c.nodepool) <= 0:
                 self.note(c, budget.why_exhausted(c.nodepool))
+                continue
+            wait = 0.0 if self.recheck else recheck_backoff(c, self.now)
+            if wait > 0:
+                # A karpweb addition: upstream plans it again at once (see ``recheck_backoff``).
+                since = duration(self.now - max(c.recheck_cancelled))
+                why = (
+                    f"its consolidation was cancelled on its re-check {since} ago (the cluster changed under "
+                    f"the plan): looked at again in {duration(wait)}"
+                )
+                self.note(c, why)
                 continue
             result = self._consolidate([c], multi_node=False)
             if isinstance(result, Command):

@@ -30,8 +30,9 @@ from provisioning.cluster.base import DISRUPTED_TAINT, ClusterError, Eviction
 from provisioning.cluster.simulated import pod_manifest
 from provisioning.disruption import drain as draining
 from provisioning.disruption import drift, planner
+from provisioning.disruption.candidates import RECHECK_BACKOFF_WINDOW_SECONDS
 from provisioning.disruption.eviction import reschedulable
-from provisioning.disruption.model import Command, PoolPolicy, parse_duration
+from provisioning.disruption.model import UNDERUTILIZED, Command, PoolPolicy, parse_duration
 from provisioning.disruption.nodes import POOL, Claim, parse_time
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
 from provisioning.scheduling.manifestfields import PodError
@@ -323,6 +324,7 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
     pools = {p.name: p for p in NodePool.objects.all()}
     nodeclasses = {c.name: c for c in EC2NodeClass.objects.all()}
     changed = dict(ClusterNode.objects.exclude(last_pod_change_at=None).values_list("name", "last_pod_change_at"))
+    cancelled = _recheck_cancels(now)
 
     by_pool: dict[str, tuple] = {}
 
@@ -379,6 +381,7 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
             drift_reason=None if reason is None else drift.explain(reason, row.nodepool_name, row.nodeclass_name),
             drifted_at=None if reason is None else seen if seen is not None else now.timestamp(),
             disrupting=node.name in disrupting,
+            recheck_cancelled=cancelled.get(node.name, ()),
         )
 
     def last_change(name: str) -> float | None:
@@ -399,6 +402,24 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
         unavailable=unavailable.__contains__,
         require_nodeclasses=True,  # the cluster's own: a NodePool whose EC2NodeClass is gone offers nothing
     )
+
+
+def _recheck_cancels(now) -> dict[str, tuple[float, ...]]:
+    """Per node, when single-node consolidations of it were cancelled on their re-check
+    (cancelled before they started) within the back-off's window, oldest first."""
+    since = now - timedelta(seconds=RECHECK_BACKOFF_WINDOW_SECONDS)
+    rows = (
+        Disruption.objects.filter(
+            state=Disruption.State.CANCELLED, reason=UNDERUTILIZED, started_at=None, finished_at__gte=since
+        )
+        .order_by("finished_at")
+        .values_list("nodes", "finished_at")
+    )
+    out: dict[str, tuple[float, ...]] = {}
+    for nodes, finished in rows:
+        if len(nodes) == 1:  # (a multi-node command's nodes go on to single-node consolidation)
+            out[nodes[0]] = (*out.get(nodes[0], ()), finished.timestamp())
+    return out
 
 
 def _duration(text: str, where: str) -> float | None | str:
