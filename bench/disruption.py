@@ -36,7 +36,8 @@ step), then its nodes drained through the cluster's Eviction API and terminated.
 the simulated scheduler binds pending pods; a pod it cannot bind is handed to a provisioning
 run (``provision_once``), as the pipeline would. The loop ends when a round finds no command and
 none is in progress; or, stalled, when the same command is planned and cancelled on its
-re-check three times in a row (nothing else is planned while it comes back every round).
+re-check three times with no command started in between (nothing else gets done while it comes
+back).
 
 PodDisruptionBudgets: the simulated cluster's own (``ClusterPDB``) when it answers them with
 a status; otherwise the bench's cluster holds them, computing their status from the pods as
@@ -95,7 +96,7 @@ DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 UTILIZATION = 0.8  # of each NodePool's allocatable cpu (or memory) the pods take before deletion
 BATCH_NODES = 0.15  # share of the nodes in the batch NodePool
 MAX_ROUNDS = 20_000
-REPEATED_CANCELS = 3  # the same command cancelled on its re-check this often in a row: stop, stalled
+REPEATED_CANCELS = 3  # the same command cancelled on its re-check this often, none started between: stalled
 ROUND_TARGET_SECONDS = 5.0
 COST_TARGET = 1.15
 
@@ -959,7 +960,7 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
     from django.utils import timezone
 
     from provisioning.cluster import simulated
-    from provisioning.models import ClusterPod, Disruption
+    from provisioning.models import ClusterNode, ClusterPod, Disruption
     from provisioning.scheduling.solver import solve
     from provisioning.services import disruption, provision
 
@@ -974,7 +975,9 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
     provisioned = pods_provisioned = stuck_pending = 0
     provisioned_for: Counter = Counter()  # Deployment: pods the scheduler could not bind
     cancelled: tuple = ()  # the last command cancelled on its re-check, and how often in a row
-    repeats = seen = 0
+    repeats = seen = started_then = 0
+    started_commands = Disruption.objects.exclude(started_at=None)
+    backing_off = ClusterNode.objects.filter(disruption_note__contains="cancelled on its re-check")
     cancel_message = ""
     stalled = ""
     converged = False
@@ -1007,19 +1010,23 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
                 "in_progress": active.count(),
             }
         new = Disruption.objects.filter(pk__gt=last)
-        if planned and not new.exists() and not active.exists():
+        # (A node backing off after its re-check cancelled it is still to be looked at.)
+        if planned and not new.exists() and not active.exists() and not backing_off.exists():
             converged = True
             break
         # Commands are planned on the simulated clock: their re-check waits 15 s of it.
         new.update(planned_at=now)
         for d in Disruption.objects.filter(pk__gt=seen, state=Disruption.State.CANCELLED).order_by("pk"):
             key = (d.reason, tuple(sorted(d.nodes)))
-            repeats = repeats + 1 if key == cancelled else 1
-            cancelled, seen, cancel_message = key, d.pk, d.message
+            starts = started_commands.count()
+            repeats = repeats + 1 if key == cancelled and starts == started_then else 1
+            cancelled, seen, cancel_message, started_then = key, d.pk, d.message, starts
+            if args.progress:
+                print(f"... round {count}: cancelled {d.reason} {', '.join(d.nodes)}: {d.message}", file=sys.stderr)
         if repeats >= REPEATED_CANCELS:
             stalled = (
                 f"stalled: the same {cancelled[0]} command of {_plural(len(cancelled[1]), 'node')} was planned "
-                f"and cancelled on its re-check {repeats} times in a row (it is planned again every round): "
+                f"and cancelled on its re-check {repeats} times, no other command started in between: "
                 f"{cancel_message}"
             )
             break
