@@ -1335,12 +1335,20 @@ def report(r: dict) -> list[str]:
     if examples:
         lines.append("violations, first ones: " + "; ".join(examples))
     worst = max(plans) if plans else float("nan")
+    # With pods nothing may move, the pooled bound moves them anyway: the target is also judged
+    # against the bound that keeps them where they are, and both are said.
+    reachable = ""
+    if refs.get("pinned_nodes") and refs.get("reachable"):
+        kept = r["cost_after"] / refs["reachable"]
+        reachable = (
+            f", of the LP bound keeping the pinned nodes: {'met' if kept <= COST_TARGET else 'missed'} ({kept:.3f})"
+        )
     lines.append("")
     lines.append(
         f"targets: round that plans under {ROUND_TARGET_SECONDS:g} s (at {r['nodes_before']:,} nodes): "
         f"{'met' if worst < ROUND_TARGET_SECONDS else 'missed'} (max {worst:.2f} s); "
-        f"after within {COST_TARGET - 1:.0%} of the LP bound: {'met' if ratio <= COST_TARGET else 'missed'} "
-        f"({ratio:.3f}); 0 violations: {'met' if r['violations'] == 0 else 'missed'} ({r['violations']})"
+        f"after within {COST_TARGET - 1:.0%} of the pooled LP bound: {'met' if ratio <= COST_TARGET else 'missed'} "
+        f"({ratio:.3f}){reachable}; 0 violations: {'met' if r['violations'] == 0 else 'missed'} ({r['violations']})"
     )
     if r.get("profile"):
         lines += ["", "cProfile of every round (disruption.run), cumulative:", r["profile"]]

@@ -9,7 +9,8 @@
    emptiness (every empty node, one delete command), drift (the empty drifted nodes, else one
    drifted node replaced), multi-node consolidation (the largest prefix of the sorted candidates
    that one cheaper node, or none, can replace) and single-node consolidation (the first
-   candidate that can be deleted or replaced by a cheaper node).
+   candidate that can be deleted or replaced by a cheaper node; a node whose last such command
+   its re-check cancelled backs off a while, karpweb's addition).
 
 Every simulation is a run of THE solver on the cluster without the nodes in question. Budgets
 are counted per NodePool and reason. Every candidate left alone gets a sentence saying why.
