@@ -960,7 +960,8 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
     from django.utils import timezone
 
     from provisioning.cluster import simulated
-    from provisioning.models import ClusterNode, ClusterPod, Disruption
+    from provisioning.disruption.candidates import backoff_left
+    from provisioning.models import ClusterPod, Disruption
     from provisioning.scheduling.solver import solve
     from provisioning.services import disruption, provision
 
@@ -977,7 +978,6 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
     cancelled: tuple = ()  # the last command cancelled on its re-check, and how often in a row
     repeats = seen = started_then = 0
     started_commands = Disruption.objects.exclude(started_at=None)
-    backing_off = ClusterNode.objects.filter(disruption_note__contains="cancelled on its re-check")
     cancel_message = ""
     stalled = ""
     converged = False
@@ -1011,7 +1011,9 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
             }
         new = Disruption.objects.filter(pk__gt=last)
         # (A node backing off after its re-check cancelled it is still to be looked at.)
-        if planned and not new.exists() and not active.exists() and not backing_off.exists():
+        cancels = disruption.recheck_cancels(now).values()
+        backing_off = any(backoff_left(times, now.timestamp()) > 0 for times in cancels)
+        if planned and not new.exists() and not active.exists() and not backing_off:
             converged = True
             break
         # Commands are planned on the simulated clock: their re-check waits 15 s of it.

@@ -123,7 +123,13 @@ def recheck_backoff(candidate: Candidate, now: float) -> float:
     cluster keeps overtaking (pods of nodes still draining bind where the plan moved its pods,
     a topology spread shifts) is planned and cancelled again and again while every candidate
     behind it waits. Backing off lets the others be looked at and the drains settle."""
-    recent = [t for t in candidate.recheck_cancelled if now - t < RECHECK_BACKOFF_WINDOW_SECONDS]
+    return backoff_left(candidate.recheck_cancelled, now)
+
+
+def backoff_left(cancelled: Iterable[float], now: float) -> float:
+    """:func:`recheck_backoff` of a node whose single-node consolidations were cancelled on
+    their re-check at ``cancelled`` (epoch seconds)."""
+    recent = [t for t in cancelled if now - t < RECHECK_BACKOFF_WINDOW_SECONDS]
     if not recent:
         return 0.0
     wait = min(RECHECK_BACKOFF_SECONDS * 2 ** (len(recent) - 1), MAX_RECHECK_BACKOFF_SECONDS)

@@ -324,7 +324,7 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
     pools = {p.name: p for p in NodePool.objects.all()}
     nodeclasses = {c.name: c for c in EC2NodeClass.objects.all()}
     changed = dict(ClusterNode.objects.exclude(last_pod_change_at=None).values_list("name", "last_pod_change_at"))
-    cancelled = _recheck_cancels(now)
+    cancelled = recheck_cancels(now)
 
     by_pool: dict[str, tuple] = {}
 
@@ -404,7 +404,7 @@ def _picture(now, recheck: Disruption | None = None) -> Picture:
     )
 
 
-def _recheck_cancels(now) -> dict[str, tuple[float, ...]]:
+def recheck_cancels(now) -> dict[str, tuple[float, ...]]:
     """Per node, when single-node consolidations of it were cancelled on their re-check
     (cancelled before they started) within the back-off's window, oldest first."""
     since = now - timedelta(seconds=RECHECK_BACKOFF_WINDOW_SECONDS)
