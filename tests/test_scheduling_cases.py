@@ -340,3 +340,37 @@ def test_a_min_values_counts_accelerator_types_as_upstreams_exotic_filter_does()
     (claim,) = result.plan.claims
     assert {o.instance_type.split(".")[0] for o in claim.options} == {"c5", "c7i", "g4dn"}
     assert claim.chosen.instance_type.split(".")[0] != "g4dn"  # the cheapest, not the GPU
+
+
+def test_replicas_spread_over_zones_are_packed_onto_nodes_sized_for_each_zones_share(six):
+    """300 web and 120 api replicas, each spread by zone (maxSkew 1): each zone's share is
+    packed like plain replicas, so the plan costs within 10% of the LP bound of the same pods
+    with no zones at all (a bound no plan can beat). Joining claims a pod at a time stopped at
+    small nodes (one more pod never pays for a bigger type's price step): 20% over it."""
+    from provisioning.scheduling.lowerbound import PodClass, lp_lower_bound
+
+    six.apply(general_pool())
+    web, api = spread(ZONE, labels={"app": "web"}), spread(ZONE, labels={"app": "api"})
+    result = six.provision(
+        _replicas("web", 300, "250m", "512Mi", topology_spread_constraints=[web])
+        + _replicas("api", 120, "500m", "1Gi", topology_spread_constraints=[api])
+    )
+    assert not result.unschedulable
+    for constraint in (web, api):
+        values = skew_values(six.skew(constraint))
+        assert max(values) - min(values) <= 1 and len(values) == 5  # us-east-1e offers no type of the pool
+    pool = result.snapshot.nodepools[0]
+    wanted = pool.requirements.only({k for t in pool.instance_types for k in t.labels})
+
+    def price(it):
+        prices = [o.price for o in it.offerings if o.available and o.capacity_type == "on-demand"]
+        return min(prices) if prices and wanted.matches(it.labels) else None
+
+    classes = [
+        PodClass(300, {"cpu": 250, "memory": 512 * 2**20, "pods": 1}),
+        PodClass(120, {"cpu": 500, "memory": 2**30, "pods": 1}),
+    ]
+    bound = lp_lower_bound(classes, pool.instance_types, price=price)
+    assert bound.status == "optimal"
+    cost = sum(c.price for c in result.claims)
+    assert cost <= bound.cost_per_hour * 1.10, (cost, bound.cost_per_hour)

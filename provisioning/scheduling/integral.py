@@ -46,6 +46,9 @@ GENERATION_SHARE = 0.6
 BLENDS = (0.0, 0.25, 0.5, 0.75, 1.0)
 # Stop the integer program within this fraction of its own optimum.
 MIP_GAP = 0.005
+# Even splits: types whose n equal nodes hold every pod, the cheapest this many, trying n from
+# the fewest the resources allow to this many more.
+EVEN_TYPES, EVEN_TRIES = 3, 3
 _EPS = 1e-9
 
 
@@ -153,6 +156,8 @@ class _Problem:
         for c in range(n):
             self.h.addCol(unpacked, 0.0, float(counts[c]), 1, np.array([c], np.int32), np.ones(1))
         self._slack = n
+        self.even: tuple[int, int] | None = None  # (pattern, nodes) of the cheapest even split
+        self._even_splits()
         # Start from one-class patterns on the types cheapest per pod of each class (enough for
         # a feasible start; pricing reaches every other type).
         with np.errstate(divide="ignore"):
@@ -163,6 +168,50 @@ class _Problem:
                     pattern = np.zeros(n, dtype=np.int64)
                     pattern[c] = self.copies[c, t]
                     self._add(int(t), pattern)
+
+    def _even_splits(self) -> None:
+        """Column generation prices patterns at the LP's values, and the LP splits pods freely;
+        on a few dozen pods the patterns it leaves may only cover them with a node too many
+        (e.g. two half-empty nodes per class where one node holding a share of each would
+        do). So the patterns of even splits start the problem too: on a type that takes every
+        class, ``n`` nodes each holding ``ceil(count / n)`` of every class, for the fewest
+        ``n`` that fit; the cheapest few, the cheapest of them also a start for the integer
+        program (``integral``)."""
+        counts = self.counts
+        takes_all = self.compat[counts > 0].all(axis=0)
+        if not takes_all.any():
+            return
+        types = np.flatnonzero(takes_all)
+        usable = self.usable[types].astype(float)
+        total = counts.astype(float) @ self.demand.astype(float)  # resources of every pod
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need = np.where(total[None, :] > 0, total[None, :] / usable, 0.0).max(axis=1)
+        fewest = np.maximum(np.ceil(need - 1e-9), 1).astype(np.int64)
+        best: dict[int, int] = {}
+        for extra in range(EVEN_TRIES):
+            nodes = fewest + extra
+            for i in np.flatnonzero(np.isfinite(need)):
+                t = int(types[i])
+                if t in best:
+                    continue
+                share = -(-counts // nodes[i])
+                if (share @ self.demand <= self.usable[t]).all() and self._within_limits(t, int(nodes[i])):
+                    best[t] = int(nodes[i])
+        ranked = sorted(best, key=lambda t: (best[t] * self.price[t], t))[:EVEN_TYPES]
+        for rank, t in enumerate(ranked):
+            share = -(-counts // best[t])
+            self._add(t, share)
+            if rank == 0:
+                index = next(i for i, (u, p) in enumerate(self.patterns) if u == t and np.array_equal(p, share))
+                self.even = (index, best[t])
+
+    def _within_limits(self, t: int, nodes: int) -> bool:
+        """``nodes`` nodes of type ``t`` keep to the NodePool's limits."""
+        if self.node_limit is not None and nodes > self.node_limit:
+            return False
+        if self.capacity is None:
+            return True
+        return all(nodes * int(self.capacity[t, column]) <= left for column, left in self.limits.items())
 
     def _add(self, t: int, pattern: np.ndarray) -> bool:
         key = t.to_bytes(4, "little") + pattern.tobytes()
@@ -280,11 +329,16 @@ class _Problem:
         self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
         self.h.setOptionValue("mip_rel_gap", MIP_GAP)
         self.h.setOptionValue("time_limit", max(0.05, deadline - time.perf_counter()))
+        if self.even is not None:
+            index, nodes = self.even
+            if rounded is None or nodes * self.price[self.patterns[index][0]] < self._cost(rounded) - _EPS:
+                rounded = np.zeros(self._slack + len(self.patterns), dtype=np.int64)
+                rounded[self._slack + index] = nodes
         if rounded is not None:
             # HiGHS's presolve drops dominated columns, and a start that uses one then counts
             # it at zero: the MIP took an infeasible start for its incumbent and stopped there.
             self.h.setOptionValue("presolve", "off")
-            start = highspy.HighsSolution()  # feasible without limits
+            start = highspy.HighsSolution()  # feasible: the rounding has no limits, the even split keeps them
             start.col_value = list(rounded.astype(float))
             start.value_valid = True
             self.h.setSolution(start)
@@ -297,6 +351,12 @@ class _Problem:
             return None
         values = values[self._slack :]
         return [(int(p), int(values[p])) for p in np.flatnonzero(values > 0)]
+
+    def _cost(self, values: np.ndarray) -> float:
+        """The price of a whole-number solution (its unpacked pods at their slack price)."""
+        prices = np.array([self.price[t] for t, _ in self.patterns[: len(values) - self._slack]])
+        unpacked = float(self.price.max() * 1000 + 1) * float(values[: self._slack].sum())
+        return float(values[self._slack :] @ prices) + unpacked
 
     def _rounded(self, lp_values: np.ndarray, duals: np.ndarray) -> np.ndarray:
         """A whole-number solution: the LP's whole nodes, then, while pods are left, the node

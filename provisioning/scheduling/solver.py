@@ -13,8 +13,10 @@ Upstream's algorithm, made fast and then cheaper:
   allows and right-sizes at the end, which buys big general-purpose nodes for mixed
   shapes. Optimized, replicas without topology constraints are first packed by an integer
   program over node patterns (``integral.pack``, column generation on HiGHS) after
-  existing nodes took what they can; the other pods then follow the queue, joining a
-  claim only while that costs no more than a node sized for them. Should that leave pods
+  existing nodes took what they can. Replicas whose only rule is their own zone spread
+  are shared out over the zones first, one at a time as the spread allows, and each zone's
+  share is packed the same way. The other pods then follow the queue, joining a claim only
+  while that costs no more than a node sized for them. Should that leave pods
   unplaced, upstream's packing runs as well and the plan with fewer unschedulable pods
   (then the lower price) wins.
 * Preferences (preferred affinities, ScheduleAnyway spreads, PreferNoSchedule taints)
@@ -62,6 +64,8 @@ PACK_SECONDS_PER_POD, PACK_SECONDS_MIN, PACK_SECONDS_MAX = 0.0003, 0.1, 2.0
 WORTH_IT_SLACK = 1.05
 # Whether a claim has any type left for more pods is first asked of every this-many-th type.
 SAMPLE_STRIDE = 32
+# Replicas spread over zones are shared out and packed when each zone gets at least this many.
+ZONE_SHARE_MIN = 2
 # Claims with at most this many pods are tried for removal once the packing is done.
 ABSORB_MAX_PODS = 16
 # Claims that would have to grow to a bigger type are tried only this many at a time.
@@ -132,6 +136,7 @@ class _Run:
         self._committed = {m.name: np.zeros(len(self.resources), dtype=np.int64) for m in self.pools}
         self.placed: dict[str, Bin] = {}
         self.order: list[str] = []  # pods in the order they were placed (spreads hold in it)
+        self._ahead: set[str] = set()  # pods counted in their zone before the packing placed them
         self.unschedulable: dict[str, str] = {}
         self.unreached: list[str] = []
         self._vector: dict[object, np.ndarray] = {}
@@ -854,6 +859,9 @@ class _Run:
         jobs: dict[tuple, list[tuple[list[Pod], Variant, np.ndarray, Requirements]]] = {}
         for group in groups:
             pod = group[0]
+            if self._spread_over_zones(group[0]) and self._worth_sharing(group):
+                rest += self._zone_shares(group, jobs)
+                continue
             if not (self._plain(pod) and len(self._variants_of(pod)) == 1):
                 rest.append(group)
                 continue
@@ -870,11 +878,103 @@ class _Run:
             # size...) are packed together, each on the types it allows: a node may mix them.
             shared = requirements.without(*(k for k in requirements if k in model.type_label_keys))
             jobs.setdefault((model.name, shared), []).append((queue, variant, vector, requirements))
+        # A NodePool's jobs (one per zone's share of spread pods, one for the rest) share the
+        # time one job of all their pods would get, each in proportion to its pods.
+        pods_of = {key: sum(len(c[0]) for c in classes) for key, classes in jobs.items()}
+        pool_pods: dict[str, int] = {}
+        for (name, _), count in pods_of.items():
+            pool_pods[name] = pool_pods.get(name, 0) + count
         for (name, requirements), classes in jobs.items():
             model = next(m for m in self.pools if m.name == name)
-            left = self._pack_job(model, requirements, classes)
-            rest += [queue for queue in left if queue]
+            total = pool_pods[name]
+            seconds = max(PACK_SECONDS_MIN, min(PACK_SECONDS_MAX, PACK_SECONDS_PER_POD * total))
+            left = self._pack_job(model, requirements, classes, seconds * pods_of[(name, requirements)] / total)
+            for queue in left:
+                # A pod whose zone was counted ahead cannot go back to the queue (it would be
+                # counted twice): left unplaced, it makes ``solve`` run upstream's packing too.
+                for pod in queue:
+                    if pod.key in self._ahead:
+                        if self.clock() > self.deadline:
+                            self.unreached.append(pod.key)
+                        else:
+                            self.unschedulable[pod.key] = (
+                                f"NodePool {name}: the packing of its zone's share of the spread left it out"
+                            )
+                queue = [pod for pod in queue if pod.key not in self._ahead]
+                if queue:
+                    rest.append(queue)
         return sorted(rest, key=_queue_order)
+
+    def _spread_over_zones(self, pod: Pod) -> bool:
+        """Its only topology rules are its own zone spreads (DoNotSchedule): no affinity, host
+        port or preference, no one's anti-affinity or other spread selects it. Its replicas
+        can then be shared out over the zones first and each zone's share packed like plain
+        replicas (``_zone_shares``)."""
+        if not pod.topology_spread or pod.host_ports:
+            return False
+        if pod.pod_affinity.required or pod.pod_affinity.preferred:
+            return False
+        if pod.pod_anti_affinity.required or pod.pod_anti_affinity.preferred:
+            return False
+        found = self._variants_of(pod)
+        if len(found) != 1 or not found[0].constraints:
+            return False
+        own = set(found[0].constraints)
+        if any(c.kind != SPREAD or c.key != ZONE for c in own) or self.topology.inverse_selecting(pod):
+            return False
+        return all(g.constraint in own for g in self.topology.spreads_selecting(pod))
+
+    def _worth_sharing(self, group: list[Pod]) -> bool:
+        """Enough replicas for at least ``ZONE_SHARE_MIN`` in each zone: fewer fill no node
+        alone, and do better joining the claims other pods open in their zone."""
+        constraints = self._variants_of(group[0])[0].constraints
+        zones = max(len(self.topology.group(c).counts) for c in constraints)
+        return len(group) >= ZONE_SHARE_MIN * zones
+
+    def _zone_shares(self, group: list[Pod], jobs: dict) -> list[list[Pod]]:
+        """Replicas spread over zones, one at a time in queue order: onto an existing node
+        where one holds it and its spread allows, else counted in the zone its spread picks
+        now (the least loaded it may use, as a new claim of the first NodePool that can take
+        it would be pinned to) and added to that zone's share, which the integer program packs
+        with the other pods of that NodePool and zone. Cost-aware joining would otherwise grow
+        each zone's claims a pod at a time and stop at small nodes (a bigger type's price
+        step costs more than one pod). Returns the pods left for the queue.
+
+        Each pod is counted when its zone is chosen, in placement order, so the spread holds
+        for every pod in ``order`` as it does when they are placed one by one."""
+        pod = group[0]
+        variant, vector = self._variants_of(pod)[0], self._vec(pod)
+        model = next((m for m in self.pools if self._may_open(pod, variant, m)), None)
+        if model is None:
+            return [group]
+        requirements = model.requirements.merge(variant.requirements)
+        if requirements.has_min_values:
+            return [group]
+        feasible = self._feasible(model, requirements, None, vector)
+        shares: dict[Requirements, list[Pod]] = {}
+        left: list[Pod] = []
+        for p in group:
+            if self.clock() > self.deadline:
+                left.append(p)
+                continue
+            existing = next((b for b in self.bins if self._fits_existing(p, variant, b, vector, 1)), None)
+            if existing is not None:
+                self._commit(p, existing, variant, vector)
+                continue
+            zoned = self.topology.tighten(
+                p, variant.constraints, variant.strict_requirements, requirements, feasible=feasible
+            )
+            if isinstance(zoned, Blocked) or zoned.get(ZONE) is None:
+                left.append(p)  # the queue explains it
+                continue
+            self.topology.record_ahead(p, model.taints, zoned)
+            self.order.append(p.key)
+            self._ahead.add(p.key)
+            shares.setdefault(zoned, []).append(p)
+        for zoned, pods in shares.items():
+            shared = zoned.without(*(k for k in zoned if k in model.type_label_keys))
+            jobs.setdefault((model.name, shared), []).append((pods, variant, vector, zoned))
+        return [left] if left else []
 
     def _may_open(self, pod: Pod, variant: Variant, model: PoolModel) -> bool:
         return (
@@ -889,6 +989,7 @@ class _Run:
         model: PoolModel,
         requirements: Requirements,
         classes: list[tuple[list[Pod], Variant, np.ndarray, Requirements]],
+        seconds: float,
     ) -> list[list[Pod]]:
         allowed = self._limit_mask(model, None)
         # GPU and other accelerator types are kept for the pods that ask for them, but the pods
@@ -917,10 +1018,7 @@ class _Run:
             capacity=model.capacity,
             limits={j: left - int(self._committed[model.name][j]) for j, left in columns.items()} or None,
             node_limit=limits.get("nodes"),
-            time_limit=min(
-                max(PACK_SECONDS_MIN, min(PACK_SECONDS_MAX, PACK_SECONDS_PER_POD * sum(len(c[0]) for c in classes))),
-                max(0.0, self.deadline - self.clock()),
-            ),
+            time_limit=min(seconds, max(0.0, self.deadline - self.clock())),
         )
         queues = [iter(c[0]) for c in classes]  # replicas in queue order
         refused: list[list[Pod]] = [[] for _ in classes]
@@ -994,6 +1092,10 @@ class _Run:
         b.pods.append(pod)
         b.ports.update(pod.host_ports)
         self.placed[pod.key] = b
+        if pod.key in self._ahead:
+            # Ordered and counted in its zone when that was chosen (``_zone_shares``).
+            self.topology.settle(pod, b.taints, b.requirements, b.domain(HOSTNAME))
+            return
         self.order.append(pod.key)
         self._record(pod, b, variant)
 

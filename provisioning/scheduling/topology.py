@@ -205,6 +205,7 @@ class Topology:
         self._hostnames: set[str] = set()
         # Placements so far, replayed into a group created late: (pod, taints, requirements).
         self._placed: list[tuple[Pod, tuple[Taint, ...], Requirements, str | None]] = []
+        self._ahead: dict[str, tuple[int, Requirements]] = {}  # pod key → (its _placed index, requirements)
 
     # ---------------------------------------------------------------- groups
 
@@ -345,6 +346,27 @@ class Topology:
             group = self.inverse_group(affinity_constraint(ANTI, term))
             for domain in self._domains_of(group, _on(requirements, term.topology_key, hostname)):
                 group.add(domain)
+        self.version += 1
+
+    def record_ahead(self, pod: Pod, taints: tuple[Taint, ...], requirements: Requirements) -> None:
+        """``pod`` counted where ``requirements`` already pin it (its zone) before its node is
+        known, in every group on such a key; ``settle`` counts it in the rest (its hostname's)
+        once the node is known. Its own required anti-affinity is not supported here."""
+        self._ahead[pod.key] = (len(self._placed), requirements)
+        self._placed.append((pod, taints, requirements, None))
+        for group in self.selecting(pod):
+            if _decided(group, requirements):
+                self._count(group, taints, requirements, None)
+        self.version += 1
+
+    def settle(self, pod: Pod, taints: tuple[Taint, ...], requirements: Requirements, hostname: str | None) -> None:
+        """A pod ``record_ahead`` counted is on its node now: counted in the groups its
+        earlier requirements left open."""
+        index, ahead = self._ahead.pop(pod.key)
+        self._placed[index] = (pod, taints, requirements, hostname)
+        for group in self.selecting(pod):
+            if not _decided(group, ahead):
+                self._count(group, taints, requirements, hostname)
         self.version += 1
 
     def _count(self, group: Group, taints: tuple[Taint, ...], requirements: Requirements, hostname: str | None) -> None:
@@ -587,6 +609,14 @@ def _on(requirements: Requirements, key: str, hostname: str | None) -> Requireme
     if key == HOSTNAME and hostname is not None:
         return _pin(HOSTNAME, hostname)
     return requirements.get(key)
+
+
+def _decided(group: Group, requirements: Requirements) -> bool:
+    """Whether ``requirements`` (no hostname) already say where ``group`` counts a pod."""
+    requirement = _on(requirements, group.constraint.key, None)
+    if group.constraint.kind == ANTI:
+        return requirement is not None
+    return _single(requirement) is not None
 
 
 def _single(requirement: Requirement | None) -> str | None:
