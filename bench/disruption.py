@@ -34,8 +34,10 @@ call it: a command is planned, re-checked 15 s later, its replacements launched 
 dispatcher marks a claim launched at once; the simulated kubelet registers it in the same
 step), then its nodes drained through the cluster's Eviction API and terminated. Between rounds
 the simulated scheduler binds pending pods; a pod it cannot bind is handed to a provisioning
-run (``provision_once``), as the pipeline would. The loop ends when a round finds no command and
-none is in progress; or, stalled, when the same command is planned and cancelled on its
+run (``provision_once``), as the pipeline would. The loop ends when a round finds no command,
+none is in progress, no node backs off after a cancelled re-check, and single-node
+consolidation looked at every candidate in it (a round whose time ran out goes on from there
+the next); or, stalled, when the same command is planned and cancelled on its
 re-check three times with no command started in between (nothing else gets done while it comes
 back).
 
@@ -731,6 +733,7 @@ class Timed:
         self.log: list[str] = []  # the kind of every call, in order
         self.seconds: dict[str, list[float]] = {}
         self.calls: list[tuple[str, float]] = []  # every call's kind and seconds, in order
+        self.last: dict[str, Any] = {}  # the last result of each kind
 
     def __call__(self, *args, **kwargs):
         kind = self.kind(*args, **kwargs)
@@ -738,7 +741,8 @@ class Timed:
         outer, self.current = self.current, kind
         start = time.perf_counter()
         try:
-            return self.function(*args, **kwargs)
+            self.last[kind] = self.function(*args, **kwargs)
+            return self.last[kind]
         finally:
             took = time.perf_counter() - start
             self.seconds.setdefault(kind, []).append(took)
@@ -1013,7 +1017,10 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
         # (A node backing off after its re-check cancelled it is still to be looked at.)
         cancels = disruption.recheck_cancels(now).values()
         backing_off = any(backoff_left(times, now.timestamp()) > 0 for times in cancels)
-        if planned and not new.exists() and not active.exists() and not backing_off:
+        # (Nor is a round whose single-node consolidation ran out of time before it had looked
+        # at every candidate: the next rounds go on from where it stopped.)
+        looked_at_all = planned and not plan_timer.last["plan"].unreached
+        if planned and not new.exists() and not active.exists() and not backing_off and looked_at_all:
             converged = True
             break
         # Commands are planned on the simulated clock: their re-check waits 15 s of it.

@@ -627,12 +627,18 @@ def test_single_node_consolidation_stops_at_its_time_and_goes_on_from_there_next
         return solve(snapshot)
 
     resume = 0
+    unreached = []
     for _ in range(3):
         tried.append(set())
         result = run(nodes, solve=counting, budget_seconds=1.5, resume=resume)
         assert result.commands == ()
         resume = result.resume
+        unreached.append(result.unreached)
     first, second, third = tried
     assert first and second and first != second  # each round goes on where the last stopped
     assert first | second | third == {"web0", "web1", "web2", "web3"}
     assert any("ran out" in why for why in result.not_candidates.values())
+    # Each round says how many it did not reach: a round that plans nothing saw them all only at 0.
+    assert all(0 < n < 4 for n in unreached), unreached
+    monkeypatch.setattr(planner_module.time, "perf_counter", lambda: 0.0)  # time enough
+    assert run(nodes, solve=solve, budget_seconds=1.5, resume=resume).unreached == 0

@@ -276,6 +276,22 @@ def test_consolidation_gets_what_is_left_of_the_round(settings):
     assert disruption._consolidation_seconds(now - 10.0) == disruption.MIN_CONSOLIDATION_SECONDS == 0.5
 
 
+def test_single_node_consolidation_goes_on_where_it_stopped_with_redis_or_without(settings, redis_url):
+    """Where single-node consolidation goes on next round: in Redis, for every worker; without
+    Redis, this process keeps it (from the top every round, the candidates after the first a
+    round has time for would never be looked at)."""
+    for url in (redis_url, ""):
+        settings.REDIS_URL = url
+        connections.reset()
+        try:
+            disruption._resume(7)
+            assert disruption._resume() == 7
+            disruption._resume(0)
+            assert disruption._resume() == 0
+        finally:
+            connections.reset()
+
+
 def test_nodes_are_priced_with_the_nodeoverlays_in_force(cluster):
     overlay = {
         "apiVersion": "karpenter.sh/v1alpha1",

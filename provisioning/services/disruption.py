@@ -222,20 +222,28 @@ def _consolidation_seconds(round_started: float | None) -> float:
 RESUME_KEY = "karpweb:disruption:single-node-resume"
 
 
+_resume_here = 0  # without Redis: this process's own resume point
+
+
 def _resume(value: int | None = None) -> int:
     """Where single-node consolidation goes on this round (read), or next round (``value``),
-    kept in Redis so every worker goes on from the same place; 0 when Redis cannot say."""
+    kept in Redis so every worker goes on from the same place. Without Redis this process keeps
+    it (starting from the top every round would never look past the first candidates a round
+    has time for)."""
+    global _resume_here
     from provisioning.services import connections
 
+    if value is not None:
+        _resume_here = value
     try:
         redis = connections.get_redis()
         if value is not None:
             redis.set(RESUME_KEY, value)
             return value
         return int(redis.get(RESUME_KEY) or 0)
-    except Exception as exc:  # no Redis here: start from the top, as a fresh round does
-        log.debug("single-node resume point unavailable: %s", exc)
-        return 0
+    except Exception as exc:
+        log.debug("single-node resume point not in Redis (kept by this process): %s", exc)
+        return _resume_here
 
 
 def _stamp_drift(candidates, now) -> None:
