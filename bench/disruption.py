@@ -35,11 +35,11 @@ dispatcher marks a claim launched at once; the simulated kubelet registers it in
 step), then its nodes drained through the cluster's Eviction API and terminated. Between rounds
 the simulated scheduler binds pending pods; a pod it cannot bind is handed to a provisioning
 run (``provision_once``), as the pipeline would. The loop ends when a round finds no command,
-none is in progress, no node backs off after a cancelled re-check, and single-node
-consolidation looked at every candidate in it (a round whose time ran out goes on from there
-the next); or, stalled, when the same command is planned and cancelled on its
-re-check three times with no command started in between (nothing else gets done while it comes
-back).
+none is in progress, no node backs off after a cancelled re-check, and the rounds in a row
+that found nothing have looked at every candidate (single-node consolidation goes on each
+round from where its time ran out the round before); or, stalled, when the same command is
+planned and cancelled on its re-check three times with no command started in between
+(nothing else gets done while it comes back).
 
 PodDisruptionBudgets: the simulated cluster's own (``ClusterPDB``) when it answers them with
 a status; otherwise the bench's cluster holds them, computing their status from the pods as
@@ -985,6 +985,7 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
     cancel_message = ""
     stalled = ""
     converged = False
+    looked_at = 0  # candidates single-node consolidation looked at in the quiet rounds so far
     count = 0
     while count < args.max_rounds:
         count += 1
@@ -1017,10 +1018,13 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
         # (A node backing off after its re-check cancelled it is still to be looked at.)
         cancels = disruption.recheck_cancels(now).values()
         backing_off = any(backoff_left(times, now.timestamp()) > 0 for times in cancels)
-        # (Nor is a round whose single-node consolidation ran out of time before it had looked
-        # at every candidate: the next rounds go on from where it stopped.)
-        looked_at_all = planned and not plan_timer.last["plan"].unreached
-        if planned and not new.exists() and not active.exists() and not backing_off and looked_at_all:
+        # Single-node consolidation may run out of time and go on next round from where it
+        # stopped: converged once the quiet rounds in a row have looked at every candidate.
+        quiet = planned and not new.exists() and not active.exists() and not backing_off
+        if planned:
+            last_plan = plan_timer.last["plan"]
+            looked_at = looked_at + last_plan.reached if quiet else 0
+        if quiet and looked_at >= last_plan.reached + last_plan.unreached:
             converged = True
             break
         # Commands are planned on the simulated clock: their re-check waits 15 s of it.

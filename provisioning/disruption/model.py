@@ -223,6 +223,8 @@ class DisruptionPlan:
     not_candidates: Mapping[str, str] = field(default_factory=dict)
     # Where single-node consolidation goes on next round when its time ran out (0: from the top).
     resume: int = 0
-    # Candidates single-node consolidation did not reach before its time ran out (0: it looked
-    # at every one): a round that plans nothing has only seen them all when this is 0.
+    # Candidates single-node consolidation looked at this round, and those it did not reach
+    # before its time ran out: rounds that plan nothing have seen every candidate once those
+    # they looked at add up to all of them.
+    reached: int = 0
     unreached: int = 0

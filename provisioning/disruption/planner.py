@@ -170,7 +170,7 @@ class _Round:
         self.resume = 0
         self.recheck = False
         self.next_resume = 0
-        self.unreached = 0
+        self.reached = self.unreached = 0  # candidates single-node consolidation looked at, and not
         self.final_notes: set[str] = set()
         self.uninitialized = frozenset(c.name for c in candidates if not c.initialized)
         # Budgets count the pool's initialized nodes; those NotReady or already going away use
@@ -227,7 +227,7 @@ class _Round:
             else "nothing to do: it is not empty, not drifted, and no cheaper arrangement without it was found"
         )
         not_candidates = {c.name: self.why_not.get(c.name, left_alone) for c in self.candidates if c.name not in chosen}
-        return DisruptionPlan(tuple(commands), not_candidates, self.next_resume, self.unreached)
+        return DisruptionPlan(tuple(commands), not_candidates, self.next_resume, self.reached, self.unreached)
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
@@ -478,7 +478,7 @@ class _Round:
                 # Upstream times single-node consolidation out too; here the next round goes on
                 # from this candidate, so each is looked at in turn.
                 self.next_resume = (start + step) % len(ordered)
-                self.unreached = len(ordered) - step
+                self.reached, self.unreached = step, len(ordered) - step
                 why = (
                     f"not evaluated this round: consolidation's {duration(self.budget_seconds or 0)} ran out; "
                     "it is looked at next round"
@@ -501,8 +501,10 @@ class _Round:
                 continue
             result = self._consolidate([c], multi_node=False)
             if isinstance(result, Command):
+                self.reached = step + 1
                 return [result]
             self.note(c, f"cannot be consolidated: {result}")
+        self.reached = len(ordered)
         return []
 
     def _consolidate(self, move: Sequence[Candidate], *, multi_node: bool) -> Command | str:
