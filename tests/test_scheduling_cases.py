@@ -374,3 +374,28 @@ def test_replicas_spread_over_zones_are_packed_onto_nodes_sized_for_each_zones_s
     assert bound.status == "optimal"
     cost = sum(c.price for c in result.claims)
     assert cost <= bound.cost_per_hour * 1.10, (cost, bound.cost_per_hour)
+
+
+def test_zone_shares_keep_the_spread_and_count_in_every_rule_that_selects_them(six):
+    """Replicas shared out over the zones while other rules count them: 8 web pods already run
+    on a node in us-east-1a with room for more, 10 canary pods carry the web label (the spread
+    counts them, they own no rule), and a logger spreads by hostname over the nodes holding web
+    pods (maxSkew 1), so it may only join a node the web pods' packing left no busier than the
+    emptiest. ``provision`` replays every placement through THE verifier, which refuses a plan
+    that breaks any of these. (The canaries need not keep the skew: a spread is checked for the
+    pods that carry it, when each is placed.)"""
+    six.apply(general_pool())
+    host = node(labels={ZONE: "us-east-1a", ARCH: "amd64"}, allocatable={"cpu": "16", "memory": "64Gi", "pods": "110"})
+    six.apply(host)
+    for i in range(8):
+        requests = {"cpu": "250m", "memory": "512Mi"}
+        six.apply(pod(f"web-bound-{i}", labels={"app": "web"}, requests=requests, node_name=host["metadata"]["name"]))
+    web = spread(ZONE, labels={"app": "web"})
+    logger = spread(HOSTNAME, labels={"app": "web"})
+    result = six.provision(
+        _replicas("web", 120, "250m", "512Mi", topology_spread_constraints=[web])
+        + _replicas("web", 10, "100m", "128Mi")
+        + _replicas("logger", 12, "100m", "128Mi", topology_spread_constraints=[logger])
+    )
+    assert not result.unschedulable and len(result.bindings) == 142
+    assert len(six.skew(web)) == 5  # us-east-1e offers no type of the pool
