@@ -170,7 +170,8 @@ class _Round:
         self.resume = 0
         self.recheck = False
         self.next_resume = 0
-        self.reached = self.unreached = 0  # candidates single-node consolidation looked at, and not
+        # Candidates single-node consolidation looked at this round, and those its time left unreached.
+        self.reached = self.unreached = 0
         self.final_notes: set[str] = set()
         self.uninitialized = frozenset(c.name for c in candidates if not c.initialized)
         # Budgets count the pool's initialized nodes; those NotReady or already going away use

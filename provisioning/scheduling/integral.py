@@ -152,9 +152,9 @@ class _Problem:
             self.h.addRow(-inf, float(node_limit), 0, np.zeros(0, np.int32), np.zeros(0))
         # A slack column per class: pods left unpacked, at a price no node reaches, so the
         # program stays feasible under NodePool limits and the caller places the rest.
-        unpacked = float(price.max() * 1000 + 1)
+        self._unpacked_price = float(price.max() * 1000 + 1)
         for c in range(n):
-            self.h.addCol(unpacked, 0.0, float(counts[c]), 1, np.array([c], np.int32), np.ones(1))
+            self.h.addCol(self._unpacked_price, 0.0, float(counts[c]), 1, np.array([c], np.int32), np.ones(1))
         self._slack = n
         self.even: tuple[int, int] | None = None  # (pattern, nodes) of the cheapest even split
         self._even_splits()
@@ -355,7 +355,7 @@ class _Problem:
     def _cost(self, values: np.ndarray) -> float:
         """The price of a whole-number solution (its unpacked pods at their slack price)."""
         prices = np.array([self.price[t] for t, _ in self.patterns[: len(values) - self._slack]])
-        unpacked = float(self.price.max() * 1000 + 1) * float(values[: self._slack].sum())
+        unpacked = self._unpacked_price * float(values[: self._slack].sum())
         return float(values[self._slack :] @ prices) + unpacked
 
     def _rounded(self, lp_values: np.ndarray, duals: np.ndarray) -> np.ndarray:

@@ -936,7 +936,8 @@ class _Run:
         where one holds it and its spread allows, else counted in the zone its spread picks
         now (the least loaded it may use, as a new claim of the first NodePool that can take
         it would be pinned to) and added to that zone's share, which the integer program packs
-        with the other pods of that NodePool and zone. Cost-aware joining would otherwise grow
+        together with the NodePool's other shares in that zone (and any replicas pinned to it);
+        replicas free to go anywhere are packed apart. Cost-aware joining would otherwise grow
         each zone's claims a pod at a time and stop at small nodes (a bigger type's price
         step costs more than one pod). Returns the pods left for the queue.
 
