@@ -1069,7 +1069,8 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
     commands = Counter()
     nodes_per_command = []
     for d in Disruption.objects.all():
-        label = d.reason if d.state != Disruption.State.CANCELLED else f"{d.reason} cancelled"
+        label = f"{d.reason} by repacking" if d.method == "repacking" else d.reason
+        label = label if d.state != Disruption.State.CANCELLED else f"{label} cancelled"
         if d.state != Disruption.State.CANCELLED and d.reason == "Underutilized":
             label += " (replace)" if d.replacement_plan else " (delete)"
         commands[label] += 1

@@ -470,6 +470,9 @@ class Disruption(MovesByState, models.Model):
         CANCELLED = "cancelled"  # no longer valid when re-checked
 
     reason = models.CharField(max_length=32)  # Empty, Drifted, Underutilized, Expired
+    # The planner's method that found it (emptiness, drift, ..., repacking; empty for expiration
+    # and forced disruptions): its re-check asks that method again.
+    method = models.CharField(max_length=32, blank=True, default="")
     nodes = models.JSONField(default=list)  # node names
     nodeclaims = models.JSONField(default=list)
     replacement_plan = models.JSONField(default=list)  # [{"instanceType", "capacityType", "price", "pods"}]

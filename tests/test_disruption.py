@@ -561,8 +561,9 @@ def test_expiration_is_forceful_even_with_a_zero_budget_and_do_not_disrupt():
 
 def test_a_node_expires_by_its_claims_own_expire_after_when_its_nodepool_is_gone():
     nodes = [
-        node("orphan", "m5.large", pods("web", 1), pool_name="gone", created_at=NOW - 2 * HOUR,
-             expire_after_seconds=HOUR),
+        node(
+            "orphan", "m5.large", pods("web", 1), pool_name="gone", created_at=NOW - 2 * HOUR, expire_after_seconds=HOUR
+        ),
         node("stray", "m5.large", pool_name="gone", created_at=NOW - 400 * DAY),  # recorded none: the pool's
     ]
     command = only(run(nodes))
@@ -644,3 +645,150 @@ def test_single_node_consolidation_stops_at_its_time_and_goes_on_from_there_next
     monkeypatch.setattr(planner_module.time, "perf_counter", lambda: 0.0)  # time enough
     whole = run(nodes, solve=solve, budget_seconds=1.5, resume=resume)
     assert (whole.reached, whole.unreached) == (4, 0)
+
+
+# ------------------------------------------------------------------ repacking (karpweb's)
+
+# The test catalog without its arm64 type (whose one-pod nodes would be cheapest per pod) and
+# with a type twice m5.xlarge at twice its price: one node of it costs what two m5.xlarge do, so
+# no two m5.xlarge nodes are worth replacing by one.
+AMD64 = tuple(t for t in CATALOG if t.labels["kubernetes.io/arch"] == "amd64")
+REPACK_CATALOG = (*AMD64, itype("m5.2xlarge", 8, 32, 0.384))
+POD_CPU, POD_GI = 1.5, 5
+
+
+def full_small_nodes(count: int, catalog=REPACK_CATALOG):
+    """m5.xlarge nodes each running two pods of 1.5 cpu and 5 GiB: none can go alone (a node's
+    free cpu holds no such pod, and no cheaper type holds its two pods' 10 GiB with their 3 cpu),
+    nor any set of them into one cheaper node (two cost what one m5.2xlarge does; three need 9
+    cpu); five hold ten pods that two m5.2xlarge hold, five each."""
+    return [
+        node(f"small-{i}", "m5.xlarge", pods(f"app{i}", 2, "1500m", f"{POD_GI}Gi"), catalog=catalog)
+        for i in range(count)
+    ]
+
+
+def cheapest_cover(count: int, catalog) -> float:
+    """The least a set of new nodes holding ``count`` such pods costs, by dynamic programming
+    over the catalog's types (each holds as many as its cpu and memory allow): recomputed here,
+    apart from THE solver."""
+    per_node = {
+        t.name: min(int(t.capacity["cpu"] // (POD_CPU * 1000)), int(t.capacity["memory"] // (POD_GI * GI)))
+        for t in catalog
+    }
+    price = {t.name: min(o.price for o in t.offerings if o.capacity_type == "on-demand") for t in catalog}
+    best = [0.0] + [float("inf")] * count
+    for n in range(1, count + 1):
+        best[n] = min(price[name] + best[max(0, n - fits)] for name, fits in per_node.items() if fits)
+    return best[count]
+
+
+def test_full_nodes_no_upstream_method_frees_are_repacked_onto_fewer_cheaper_nodes(monkeypatch):
+    from provisioning.disruption import planner as planner_module
+
+    nodes = full_small_nodes(5)
+    repack_pool = pool(types=REPACK_CATALOG)
+    # Upstream's methods alone (repacking asked for savings it can never make) find nothing.
+    monkeypatch.setattr(planner_module, "REPACK_MIN_SAVINGS", 1.01)
+    assert run(nodes, pools=(repack_pool,)).commands == ()
+    monkeypatch.undo()
+
+    command = only(run(nodes, pools=(repack_pool,)))
+    assert command.reason == UNDERUTILIZED and command.method == "repacking"
+    assert set(command.candidates) == {f"small-{i}" for i in range(5)}
+    assert [c.chosen.instance_type for c in command.replacements] == ["m5.2xlarge", "m5.2xlarge"]
+    assert sorted(len(c.pods) for c in command.replacements) == [5, 5]
+    assert {p for c in command.replacements for p in c.pods} == {p.key for _, c in nodes for p in c.pods}
+    # Each new node pinned to its cheapest type: what it may cost at worst is what it costs.
+    assert all({o.instance_type for o in c.options} == {"m5.2xlarge"} for c in command.replacements)
+    least = cheapest_cover(10, REPACK_CATALOG)
+    assert least == pytest.approx(0.768)
+    assert command.savings_per_hour == pytest.approx(5 * 0.192 - least)
+    assert command.explanation == (
+        "5 nodes (5× m5.xlarge on-demand $0.192/h) → repacked onto the other nodes and 2 new nodes "
+        "(2× m5.2xlarge on-demand) at most $0.768/h: saves $0.192/h (20%; their pods packed together, "
+        "which no one node's move finds)"
+    )
+
+
+def test_a_repacking_that_saves_less_than_its_share_is_not_made():
+    # m5.2xlarge at 0.47: two cost $0.94/h for the five nodes' $0.96/h, 2% less.
+    dear = (*AMD64, itype("m5.2xlarge", 8, 32, 0.47))
+    result = run(full_small_nodes(5, dear), pools=(pool(types=dear),))
+    assert cheapest_cover(10, dear) == pytest.approx(0.94)
+    assert result.commands == ()
+    assert all(
+        why.startswith("cannot be consolidated") or why.startswith("nothing to do")
+        for why in result.not_candidates.values()
+    )
+
+
+def test_repacking_takes_no_more_nodes_at_once_than_the_budget_allows():
+    nodes = full_small_nodes(6)
+    five = PoolPolicy("general", budgets=(Budget("5"),))
+    command = only(run(nodes, five, pools=(pool(types=REPACK_CATALOG),)))
+    assert command.method == "repacking" and len(command.candidates) == 5
+    # Two at a time: four pods cost as much on new nodes as where they are.
+    assert cheapest_cover(4, REPACK_CATALOG) == pytest.approx(2 * 0.192)
+    assert run(nodes, PoolPolicy("general", budgets=(Budget("2"),)), pools=(pool(types=REPACK_CATALOG),)).commands == ()
+
+
+def test_a_repacking_is_rechecked_by_repacking_alone():
+    nodes = full_small_nodes(5)
+    planned = only(run(nodes, pools=(pool(types=REPACK_CATALOG),)))
+    rechecked = only(run(nodes, pools=(pool(types=REPACK_CATALOG),), recheck=True, after="single-node consolidation"))
+    assert rechecked.method == "repacking" and rechecked.candidates == planned.candidates
+    # Two nodes became do-not-disrupt meanwhile: the re-check answers over the three others, not
+    # the command's five (the service then cancels the command: its nodes are not the same).
+    pinned = [*nodes[:3], *((e, replace(c, blocked_by=DO_NOT_DISRUPT)) for e, c in nodes[3:])]
+    fewer = only(run(pinned, pools=(pool(types=REPACK_CATALOG),), recheck=True, after="single-node consolidation"))
+    assert fewer.method == "repacking" and set(fewer.candidates) == {"small-0", "small-1", "small-2"}
+    assert fewer.savings_per_hour == pytest.approx(3 * 0.192 - cheapest_cover(6, REPACK_CATALOG))
+
+
+def test_spot_nodes_are_repacked_onto_spot_only_with_spot_to_spot_consolidation():
+    spot_catalog = tuple(
+        itype(
+            t.name,
+            t.capacity["cpu"] // 1000,
+            t.capacity["memory"] // GI,
+            t.offerings[0].price,
+            spot=0.4 * t.offerings[0].price,
+        )
+        for t in REPACK_CATALOG
+    )
+    nodes = [
+        node(f"small-{i}", "m5.xlarge", pods(f"app{i}", 2, "1500m", "5Gi"), ct="spot", catalog=spot_catalog)
+        for i in range(5)
+    ]
+    spot_pool = pool(types=spot_catalog)
+    assert run(nodes, pools=(spot_pool,)).commands == ()
+    command = only(run(nodes, pools=(spot_pool,), spot_to_spot=True))
+    assert command.method == "repacking" and len(command.replacements) == 2
+    assert {o.capacity_type for c in command.replacements for o in c.options} == {"spot"}
+    assert command.savings_per_hour == pytest.approx(0.4 * (5 * 0.192 - 2 * 0.384))
+
+
+def test_each_new_node_of_a_repacking_keeps_min_values():
+    from provisioning.disruption.pricing import price_each
+    from provisioning.disruption.simulation import simulate
+    from provisioning.scheduling.requirements import Requirements
+
+    big = (*AMD64, itype("m5.2xlarge", 8, 32, 0.384), itype("m6i.2xlarge", 8, 32, 0.40))
+    nodes = full_small_nodes(5, big)
+    general = pool(types=big)
+    cluster = Snapshot((), (general,), tuple(e for e, _ in nodes))
+    claims = simulate([c for _, c in nodes], cluster, solve, optimize=True).plan.claims
+    assert [c.chosen.instance_type for c in claims] == ["m5.2xlarge", "m5.2xlarge"]
+    families = Requirements.from_list(
+        [{"key": "karpenter.k8s.aws/instance-family", "operator": "Exists", "minValues": 2}]
+    )
+    asking = [replace(c, requirements=c.requirements.merge(families)) for c in claims]
+    candidates = [c for _, c in nodes]
+    alone = price_each(claims, candidates, {"general": general}, spot_to_spot=False)
+    both = price_each(asking, candidates, {"general": general}, spot_to_spot=False)
+    assert [{o.instance_type for o in p.claim.options} for p in alone] == [{"m5.2xlarge"}] * 2
+    assert [p.worst_price for p in alone] == [0.384, 0.384]
+    # Two families each: the next cheapest joins, and its price is what the node may cost.
+    assert [{o.instance_type for o in p.claim.options} for p in both] == [{"m5.2xlarge", "m6i.2xlarge"}] * 2
+    assert [p.worst_price for p in both] == [0.40, 0.40]

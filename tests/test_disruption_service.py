@@ -211,6 +211,33 @@ def test_a_recheck_accepts_the_same_command_or_more_empty_nodes():
     assert not disruption._still_valid(consolidation, command("Empty", "a", "b"))
 
 
+def test_a_repacking_is_rechecked_by_repacking_and_stands_when_its_nodes_still_repack(monkeypatch):
+    from provisioning.disruption import planner
+    from provisioning.disruption.model import Command
+
+    def command(method, *nodes):
+        return Command("Underutilized", nodes, (), 0.1, "", method=method)
+
+    repacking = Disruption(
+        reason="Underutilized",
+        method="repacking",
+        nodes=["a", "b", "c"],
+        replacement_plan=[{"instanceTypes": ["m5.2xlarge"]}, {"instanceTypes": ["m5.2xlarge"]}],
+    )
+    # Packed afresh, its new nodes may differ: the same nodes repacking again is what counts.
+    assert disruption._still_valid(repacking, command("repacking", "c", "b", "a"))
+    assert not disruption._still_valid(repacking, command("repacking", "a", "b"))
+    assert not disruption._still_valid(repacking, command("multi-node consolidation", "a", "b", "c"))
+    # The re-check asks repacking alone (upstream's methods, tried first, could find another
+    # command over some of its nodes); other commands are asked by every method, as before.
+    asked = []
+    real = planner.plan
+    monkeypatch.setattr(planner, "plan", lambda *a, **k: asked.append(k.get("after")) or real(*a, **k))
+    disruption.plan(recheck=repacking)
+    disruption.plan(recheck=Disruption(reason="Underutilized", nodes=["a", "b"]))
+    assert asked == [planner.SINGLE_NODE, None]
+
+
 def test_a_recheck_asks_whether_these_nodes_can_still_go_not_whether_they_come_first(cluster):
     add_node("ip-a", price=0.05)
     add_node("ip-b")  # also empty: a fresh plan would now take both

@@ -195,7 +195,8 @@ class Command:
     replacements' worst-case launch price (negative when a drift replacement costs more).
     ``forceful`` commands (expiration) delete at once, without waiting for a replacement.
     ``scores``: for a consolidation, each Balanced NodePool it touches and the score with
-    which that pool approved it (``balanced.scores``), sorted by pool.
+    which that pool approved it (``balanced.scores``), sorted by pool. ``method``: the planner's
+    method that found it (``planner.METHODS``; empty for expiration), which its re-check asks again.
     """
 
     reason: str
@@ -205,6 +206,7 @@ class Command:
     explanation: str
     forceful: bool = False
     scores: tuple[tuple[str, PoolScore], ...] = ()
+    method: str = ""
 
     def __post_init__(self) -> None:
         # Summed float prices carry noise (0.08800000000000002); a millionth of a dollar is plenty.

@@ -11,6 +11,14 @@
    that one cheaper node, or none, can replace) and single-node consolidation (the first
    candidate that can be deleted or replaced by a cheaper node; a node whose last such command
    its re-check cancelled backs off a while, karpweb's addition).
+3. Karpweb's repacking, when single-node consolidation looked at every candidate and found
+   nothing: a NodePool's candidates, as many as its budget allows, packed anew by THE solver's
+   cost-optimizing packing onto the room the other nodes have and onto fewer new nodes, when
+   that saves at least ``REPACK_MIN_SAVINGS`` of their price. Upstream's methods replace with
+   one node at most and pack as the greedy does, so a cluster of full small nodes (each too full
+   to go alone, none two of which one cheaper node holds) stays as it is; larger nodes carry
+   less reserved overhead per pod, and the other nodes' scattered room takes pods only when
+   several nodes' pods are placed together.
 
 Every simulation is a run of THE solver on the cluster without the nodes in question. Budgets
 are counted per NodePool and reason. Every candidate left alone gets a sentence saying why.
@@ -46,7 +54,7 @@ from provisioning.disruption.model import (
     DisruptionPlan,
     PoolPolicy,
 )
-from provisioning.disruption.pricing import price_replacement, worst_launch_price
+from provisioning.disruption.pricing import price_each, price_replacement, worst_launch_price
 from provisioning.disruption.simulation import Solve, simulate
 from provisioning.disruption.static import drift_replacements
 from provisioning.disruption.text import duration, money, nodes_phrase, plural
@@ -55,17 +63,24 @@ from provisioning.scheduling.snapshot import Snapshot
 from provisioning.scheduling.static import PoolCount, node_limit, template_claim, unlaunchable
 
 MAX_MULTI_NODE_CANDIDATES = 100  # upstream's bound on one multi-node consolidation
-EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE = (
+# Repacking moves many pods at once for what upstream's methods leave: it must save at least this
+# share of the nodes' price (less is not worth the disruption, nor the risk that the packing,
+# time-limited, comes out otherwise on the re-check).
+REPACK_MIN_SAVINGS = 0.05
+MIN_REPACK_SECONDS = 0.5  # a repacking started before the round's time ran out may finish it
+EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE, REPACKING = (
     "emptiness",
     "drift",
     "multi-node consolidation",
     "single-node consolidation",
+    "repacking",
 )
-METHODS = (EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE)  # upstream's order
+METHODS = (EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE, REPACKING)  # upstream's order, then karpweb's
 
 
 def method_of(reason: str, nodes: int) -> str | None:
-    """The method that planned a command of ``reason`` over ``nodes`` nodes (None: expiration)."""
+    """The method that planned a command of ``reason`` over ``nodes`` nodes, for a command that
+    does not say (None: expiration)."""
     if reason == EMPTY:
         return EMPTINESS
     if reason == DRIFTED:
@@ -212,13 +227,14 @@ class _Round:
                 self.disrupting_count[c.nodepool] += 1
         open_ = self._open(c for c in self.candidates if c.name not in expiring)
         winner = ""
-        methods = dict(zip(METHODS, (self._emptiness, self._drift, self._multi_node, self._single_node), strict=True))
+        ways = (self._emptiness, self._drift, self._multi_node, self._single_node, self._repack)
+        methods = dict(zip(METHODS, ways, strict=True))
         skip = METHODS.index(after) + 1 if after in METHODS else 0
         for label in METHODS[skip:]:
             method = methods[label]
             found = method(open_)
             if found:
-                commands += found
+                commands += [replace(command, method=label) for command in found]
                 winner = label
                 break
         chosen = {name for command in commands for name in command.candidates}
@@ -561,4 +577,74 @@ class _Round:
             source - worst,
             text,
             scores=tuple(verdicts.items()),
+        )
+
+    # ------------------------------------------------------------------ 6. repacking (karpweb's)
+
+    def _repack(self, open_: Sequence[Candidate]) -> list[Command]:
+        """Per NodePool, its candidates in consolidation order, as many at a time as its budget
+        allows (windows over the order while time is left), packed anew with THE solver."""
+        if self.unreached or self.out_of_time():
+            return []  # single-node consolidation has not looked at every candidate yet
+        budget = _Budget(self, UNDERUTILIZED)
+        by_pool: dict[str, list[Candidate]] = {}
+        for c in self._consolidatable(open_):
+            if not self.recheck and recheck_backoff(c, self.now) > 0:
+                continue
+            by_pool.setdefault(c.nodepool, []).append(c)
+        for pool, members in sorted(by_pool.items()):
+            size = min(budget.left(pool), MAX_MULTI_NODE_CANDIDATES)
+            if size < 2:
+                continue
+            for start in range(0, len(members) - 1, size):
+                if self.out_of_time():
+                    return []
+                group = members[start : start + size]
+                if len(group) < 2:
+                    break
+                command = self._repack_group(group)
+                if command is not None:
+                    return [command]
+        return []
+
+    def _repack_group(self, group: Sequence[Candidate]) -> Command | None:
+        cluster = self.cluster
+        if self.deadline is not None:
+            # The packing keeps to the round's time: pods it does not reach fail the move.
+            left = max(MIN_REPACK_SECONDS, self.deadline - time.perf_counter())
+            cluster = replace(cluster, deadline_seconds=min(cluster.deadline_seconds, left))
+        simulation = simulate(
+            group,
+            cluster,
+            self.solve,
+            leaving=self.leaving,
+            uninitialized=self.uninitialized,
+            optimize=True,
+            closed=self.cooling,
+            strict_min_values=True,
+        )
+        claims = simulation.plan.claims
+        if simulation.failure or len(claims) >= len(group):
+            return None  # a repacking leaves fewer nodes than it removes
+        priced = price_each(claims, group, self.pools, spot_to_spot=self.spot_to_spot)
+        if isinstance(priced, str):
+            return None
+        source = sum(c.price_per_hour for c in group)
+        worst = sum(p.worst_price for p in priced)
+        savings = source - worst
+        if savings < REPACK_MIN_SAVINGS * source:
+            return None
+        verdicts = balanced.scores(group, savings, self.pool_nodes, self.policies)
+        if balanced.refusal(verdicts):
+            return None
+        replacements = tuple(p.claim for p in priced)
+        shapes = Counter(f"{claim.chosen.instance_type} {claim.chosen.capacity_type}" for claim in replacements)
+        new = ", ".join(f"{n}× {shape}" if n > 1 else shape for shape, n in shapes.items())
+        onto = f" and {plural(len(replacements), 'new node')} ({new}) at most {money(worst)}/h" if replacements else ""
+        text = (
+            f"{nodes_phrase(group)} → repacked onto the other nodes{onto}: saves {money(savings)}/h "
+            f"({savings / source:.0%}; their pods packed together, which no one node's move finds)"
+        )
+        return Command(
+            UNDERUTILIZED, tuple(c.name for c in group), replacements, savings, text, scores=tuple(verdicts.items())
         )

@@ -10,6 +10,9 @@
   so price-capacity-optimized allocation cannot walk down the price ladder one step a time.
 * Multi-node: if a removed node's type is among the options, only options cheaper than that
   node survive (else deleting the others and keeping it moves fewer pods).
+
+Repacking (karpweb's, several nodes into several) prices each new node at its cheapest types'
+worst launch price (``price_each``): the sum is what the move saves for sure.
 """
 
 from __future__ import annotations
@@ -110,6 +113,48 @@ def price_replacement(
         keep = max(keep, needed)
     kept = cheaper[:keep]
     return PricedReplacement(_pinned(claim, kept, capacity_type, candidates, offerings), max(p.worst for p in kept))
+
+
+def price_each(
+    claims: Sequence[ClaimPlan],
+    candidates: Sequence[Candidate],
+    pools: Mapping[str, NodePoolInput],
+    *,
+    spot_to_spot: bool,
+) -> list[PricedReplacement] | str:
+    """Each of the new nodes replacing ``candidates`` together, pinned to the capacity type it
+    would launch as and to its cheapest instance types (those whose worst-case launch price is
+    the least, ties kept, so the launch may still choose among them and fall back across their
+    zones; more when minValues asks for more): keeping every type cheaper than the whole move,
+    as for one replacement, would let each of them cost nearly as much as all the nodes they
+    replace. Or why one of them cannot be launched so."""
+    all_spot = all(c.capacity_type == SPOT for c in candidates)
+    out = []
+    for claim in claims:
+        pool = pools.get(claim.nodepool)
+        types = {t.name: t for t in pool.instance_types} if pool else {}
+        offerings = {o.instance_type: _offerings(o, types.get(o.instance_type), claim) for o in claim.options}
+        launchable = {o.capacity_type for offs in offerings.values() for o in offs}
+        capacity_type = next((ct for ct in LAUNCH_PRECEDENCE if ct in launchable), None)
+        if capacity_type is None:
+            return "no available offering can launch a replacement its pods need"
+        if capacity_type == SPOT and all_spot and not spot_to_spot:
+            return "spot-to-spot consolidation is disabled: every node here is spot and so would be a replacement"
+        names = list(dict.fromkeys(o.instance_type for o in claim.options))
+        priced = sorted(
+            (p for p in (_price(offerings[name], capacity_type) for name in names) if p),
+            key=lambda p: (p.worst, p.option.price, p.option.instance_type),
+        )
+        keep = sum(1 for p in priced if p.worst <= priced[0].worst + PRICE_EPSILON)
+        if any(r.min_values for r in claim.requirements.values()):
+            labels = [types[p.option.instance_type].labels if p.option.instance_type in types else {} for p in priced]
+            needed = claim.requirements.min_values_prefix(labels)
+            if needed is None:
+                return f"no replacement keeps minValues: {claim.requirements.min_values_satisfied(labels)}"
+            keep = max(keep, needed)
+        kept = priced[:keep]
+        out.append(PricedReplacement(_pinned(claim, kept, capacity_type, candidates, offerings), kept[-1].worst))
+    return out
 
 
 def worst_launch_price(claim: ClaimPlan, pools: Mapping[str, NodePoolInput]) -> float:

@@ -306,6 +306,7 @@ class DisruptionSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "reason",
+            "method",
             "nodes",
             "nodeclaims",
             "replacementPlan",

@@ -98,9 +98,9 @@ def _plan_round(now, rechecked: list[Disruption], started: float) -> Disruption 
     """Plan the round's commands and record them; the first one recorded (or the command its
     re-check dropped, when that leaves no method to try)."""
     # A command the re-check dropped: the methods after its own are tried now, as upstream's
-    # loop goes on to the next method (after single-node, the last, nothing is).
+    # loop goes on to the next method (after repacking, the last, nothing is).
     dropped = [d for d in rechecked if d.state == Disruption.State.CANCELLED]
-    methods = [planner.method_of(d.reason, len(d.nodes)) for d in dropped]
+    methods = [d.method or planner.method_of(d.reason, len(d.nodes)) for d in dropped]
     last = max((planner.METHODS.index(m) for m in methods if m), default=None)
     if last is not None and last == len(planner.METHODS) - 1:
         return dropped[0]
@@ -142,8 +142,17 @@ def plan(now=None, recheck: Disruption | None = None, after: str | None = None, 
             else replace(c, blocked_by="not part of the command being re-checked")
             for c in candidates
         ]
+        # A repacking is asked again by repacking alone: upstream's methods, tried first, may
+        # find another command over some of its nodes, which would cancel it for nothing.
+        method = recheck.method or planner.method_of(recheck.reason, len(recheck.nodes))
         return planner.plan(
-            candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot, recheck=True
+            candidates,
+            picture.policies,
+            picture.snapshot,
+            now.timestamp(),
+            spot_to_spot=spot_to_spot,
+            recheck=True,
+            after=planner.SINGLE_NODE if method == planner.REPACKING else None,
         )
     result = planner.plan(
         candidates,
@@ -465,6 +474,7 @@ def _record(command: Command, now, drain: bool = True) -> Disruption:
     disruption = Disruption.objects.create(
         planned_at=now,
         reason=command.reason,
+        method=command.method,
         nodes=list(command.candidates),
         nodeclaims=claims,
         replacement_plan=[
@@ -701,6 +711,10 @@ def _revalidated(disruption: Disruption, command: Command) -> Command | None:
         return replace(command, candidates=tuple(kept), savings_per_hour=savings)
     if planned != fresh:
         return None
+    if disruption.method == planner.REPACKING:
+        # The packing is solved afresh, so its new nodes may come out otherwise: what must hold
+        # is that these nodes still repack, saving what repacking asks (at the prices of now).
+        return command if command.method == planner.REPACKING else None
     for before, now_claim in zip(disruption.replacement_plan, command.replacements, strict=False):
         types = before.get("instanceTypes")
         if types is not None and not set(types) <= {o.instance_type for o in now_claim.options}:
