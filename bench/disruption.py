@@ -35,7 +35,8 @@ dispatcher marks a claim launched at once; the simulated kubelet registers it in
 step), then its nodes drained through the cluster's Eviction API and terminated. Between rounds
 the simulated scheduler binds pending pods; a pod it cannot bind is handed to a provisioning
 run (``provision_once``), as the pipeline would. The loop ends when a round finds no command,
-none is in progress, no node backs off after a cancelled re-check, and the rounds in a row
+none was in progress as it began (a drain that ends in the round ends after its planning, which
+still saw those nodes leaving) or is after it, no node backs off after a cancelled re-check, and the rounds in a row
 that found nothing have looked at every candidate (single-node consolidation goes on each
 round from where its time ran out the round before); or, stalled, when the same command is
 planned and cancelled on its re-check three times with no command started in between
@@ -992,6 +993,9 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
         last = Disruption.objects.aggregate(last=Max("pk"))["last"] or 0
         calls = len(plan_timer.log)
         timed = len(plan_timer.calls)
+        # A command in progress when the round begins is still leaving as the round plans (its
+        # drain ends after the planning): such a round did not look at the cluster it leaves.
+        busy = active.exists()
         if profile is not None:
             profile.enable()
         start = time.perf_counter()
@@ -1020,7 +1024,7 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
         backing_off = any(backoff_left(times, now.timestamp()) > 0 for times in cancels)
         # Single-node consolidation may run out of time and go on next round from where it
         # stopped: converged once the quiet rounds in a row have looked at every candidate.
-        quiet = planned and not new.exists() and not active.exists() and not backing_off
+        quiet = planned and not busy and not new.exists() and not active.exists() and not backing_off
         if planned:
             last_plan = plan_timer.last["plan"]
             looked_at = looked_at + last_plan.reached if quiet else 0
