@@ -723,14 +723,20 @@ def test_a_repacking_that_saves_less_than_its_share_is_not_made():
     )
 
 
-def test_repacking_takes_no_more_nodes_at_once_than_the_budget_allows():
-    nodes = full_small_nodes(6)
-    five = PoolPolicy("general", budgets=(Budget("5"),))
-    command = only(run(nodes, five, pools=(pool(types=REPACK_CATALOG),)))
-    assert command.method == "repacking" and len(command.candidates) == 5
+def test_repacking_takes_no_more_nodes_at_once_than_the_budget_allows_and_five_at_most():
+    from provisioning.disruption.planner import REPACK_MAX_NODES
+
+    nodes = full_small_nodes(12)
+    repack_pool = pool(types=REPACK_CATALOG)
+    three = PoolPolicy("general", budgets=(Budget("3"),))
+    command = only(run(nodes, three, pools=(repack_pool,)))
+    assert command.method == "repacking" and len(command.candidates) == 3
+    assert command.savings_per_hour == pytest.approx(3 * 0.192 - cheapest_cover(6, REPACK_CATALOG))
+    # However large the budget: a larger move, drained over many rounds, churns.
+    assert REPACK_MAX_NODES == 5 and len(only(run(nodes, pools=(repack_pool,))).candidates) == 5
     # Two at a time: four pods cost as much on new nodes as where they are.
     assert cheapest_cover(4, REPACK_CATALOG) == pytest.approx(2 * 0.192)
-    assert run(nodes, PoolPolicy("general", budgets=(Budget("2"),)), pools=(pool(types=REPACK_CATALOG),)).commands == ()
+    assert run(nodes, PoolPolicy("general", budgets=(Budget("2"),)), pools=(repack_pool,)).commands == ()
 
 
 def test_a_repacking_is_rechecked_by_repacking_alone():

@@ -12,9 +12,9 @@
    candidate that can be deleted or replaced by a cheaper node; a node whose last such command
    its re-check cancelled backs off a while, karpweb's addition).
 3. Karpweb's repacking, when single-node consolidation looked at every candidate and found
-   nothing: a NodePool's candidates, as many as its budget allows, packed anew by THE solver's
-   cost-optimizing packing onto the room the other nodes have and onto fewer new nodes, when
-   that saves at least ``REPACK_MIN_SAVINGS`` of their price. Upstream's methods replace with
+   nothing: a NodePool's candidates, as many as its budget allows (five at most), packed anew
+   by THE solver's cost-optimizing packing onto the room the other nodes have and onto fewer
+   new nodes, when that saves at least ``REPACK_MIN_SAVINGS`` of their price. Upstream's methods replace with
    one node at most and pack as the greedy does, so a cluster of full small nodes (each too full
    to go alone, none two of which one cheaper node holds) stays as it is; larger nodes carry
    less reserved overhead per pod, and the other nodes' scattered room takes pods only when
@@ -67,6 +67,7 @@ MAX_MULTI_NODE_CANDIDATES = 100  # upstream's bound on one multi-node consolidat
 # share of the nodes' price (less is not worth the disruption, nor the risk that the packing,
 # time-limited, comes out otherwise on the re-check).
 REPACK_MIN_SAVINGS = 0.05
+REPACK_MAX_NODES = 5  # a repacking's nodes at most: larger moves drained over many rounds churn
 MIN_REPACK_SECONDS = 0.5  # a repacking started before the round's time ran out may finish it
 EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE, REPACKING = (
     "emptiness",
@@ -583,7 +584,8 @@ class _Round:
 
     def _repack(self, open_: Sequence[Candidate]) -> list[Command]:
         """Per NodePool, its candidates in consolidation order, as many at a time as its budget
-        allows (windows over the order while time is left), packed anew with THE solver."""
+        allows and ``REPACK_MAX_NODES`` at most (windows over the order while time is left),
+        packed anew with THE solver."""
         if self.unreached or self.out_of_time():
             return []  # single-node consolidation has not looked at every candidate yet
         budget = _Budget(self, UNDERUTILIZED)
@@ -593,7 +595,7 @@ class _Round:
                 continue
             by_pool.setdefault(c.nodepool, []).append(c)
         for pool, members in sorted(by_pool.items()):
-            size = min(budget.left(pool), MAX_MULTI_NODE_CANDIDATES)
+            size = min(budget.left(pool), REPACK_MAX_NODES)
             if size < 2:
                 continue
             for start in range(0, len(members) - 1, size):
