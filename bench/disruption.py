@@ -7,6 +7,7 @@ against the simulated cluster until it finds nothing more to do.
     .venv/bin/python bench/disruption.py --nodes 300 --pods 3000 --delete 0.5 --seed 2
     .venv/bin/python bench/disruption.py --small --profile 25  # the rounds under cProfile: top 25
     .venv/bin/python bench/disruption.py --without-pins        # nothing pinned for good (see below)
+    .venv/bin/python bench/disruption.py --without-repacking   # upstream's methods alone
 
 The cluster, written as rows (as ``manage.py sim apply`` and the simulated kubelet leave them):
 
@@ -1427,6 +1428,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="no pod pinned for good: db without do-not-disrupt, the ledger budget maxUnavailable 1",
     )
+    parser.add_argument(
+        "--without-repacking",
+        action="store_true",
+        help="upstream's methods alone (KARPWEB_REPACKING off): what karpweb's repacking adds",
+    )
     parser.add_argument("--profile", type=int, metavar="N", default=0, help="cProfile the rounds: the top N")
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
     parser.add_argument("--progress", type=int, default=25, metavar="N", help="a line on stderr every N rounds")
@@ -1441,14 +1447,21 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     with django_environment():
+        from django.conf import settings
         from django.db import connection
 
+        methods = "upstream's methods alone" if args.without_repacking else "upstream's methods, then repacking"
         print(
             f"disruption bench: {args.nodes:,} nodes, {args.pods:,} pods, {args.delete:.0%} deleted, "
-            f"seed {args.seed}; database {connection.vendor}",
+            f"seed {args.seed}; database {connection.vendor}; {methods}",
             flush=True,
         )
-        result = run_bench(args)
+        repacking = settings.KARPWEB_REPACKING
+        settings.KARPWEB_REPACKING = not args.without_repacking
+        try:
+            result = run_bench(args)
+        finally:
+            settings.KARPWEB_REPACKING = repacking  # (the test suite runs the bench in its own process)
         for line in report(result):
             print(line)
         if args.json:

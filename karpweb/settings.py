@@ -327,6 +327,9 @@ KARPWEB_REGISTRATION_TIMEOUT_SECONDS = env_float("KARPWEB_REGISTRATION_TIMEOUT_S
 KARPWEB_LAUNCH_STUCK_SECONDS = env_float("KARPWEB_LAUNCH_STUCK_SECONDS", 120)
 # Consolidation may replace spot with cheaper spot only when this is on (as upstream's gate).
 KARPWEB_SPOT_TO_SPOT_CONSOLIDATION = env_bool("KARPWEB_SPOT_TO_SPOT_CONSOLIDATION", False)
+# Karpweb's repacking (after upstream's methods): a few nodes packed anew onto fewer, cheaper ones.
+# Off: upstream's methods alone.
+KARPWEB_REPACKING = env_bool("KARPWEB_REPACKING", True)
 # How long a disruption round's consolidation simulations may take before single-node
 # consolidation stops and goes on next round (upstream times its methods out too).
 KARPWEB_CONSOLIDATION_SECONDS = env_float("KARPWEB_CONSOLIDATION_SECONDS", 3.0)

@@ -103,6 +103,7 @@ def plan(
     budget_seconds: float | None = None,
     resume: int = 0,
     recheck: bool = False,
+    repacking: bool = True,
 ) -> DisruptionPlan:
     """Plan this round's disruptions.
 
@@ -119,7 +120,8 @@ def plan(
     round (given back as ``resume``), so every candidate is looked at in turn. ``recheck``: the
     candidates not blocked are a planned command's, asked whether they can still go; multi-node
     consolidation then simulates them all together first (upstream's validation simulates the
-    command as it is), before looking for the largest prefix.
+    command as it is), before looking for the largest prefix. ``repacking``: False leaves
+    karpweb's repacking out (upstream's methods alone).
     """
     if solve is None:
         from provisioning.scheduling.solver import solve as solve_snapshot
@@ -130,6 +132,7 @@ def plan(
     round_.budget_seconds = budget_seconds
     round_.resume = resume
     round_.recheck = recheck
+    round_.repacking = repacking
     return round_.run(after)
 
 
@@ -185,6 +188,7 @@ class _Round:
         self.budget_seconds: float | None = None
         self.resume = 0
         self.recheck = False
+        self.repacking = True
         self.next_resume = 0
         # Candidates single-node consolidation looked at this round, and those its time left unreached.
         self.reached = self.unreached = 0
@@ -586,8 +590,8 @@ class _Round:
         """Per NodePool, its candidates in consolidation order, as many at a time as its budget
         allows and ``REPACK_MAX_NODES`` at most (windows over the order while time is left),
         packed anew with THE solver."""
-        if self.unreached or self.out_of_time():
-            return []  # single-node consolidation has not looked at every candidate yet
+        if not self.repacking or self.unreached or self.out_of_time():
+            return []  # (or single-node consolidation has not looked at every candidate yet)
         budget = _Budget(self, UNDERUTILIZED)
         by_pool: dict[str, list[Candidate]] = {}
         for c in self._consolidatable(open_):

@@ -153,6 +153,7 @@ def plan(now=None, recheck: Disruption | None = None, after: str | None = None, 
             spot_to_spot=spot_to_spot,
             recheck=True,
             after=planner.SINGLE_NODE if method == planner.REPACKING else None,
+            repacking=settings.KARPWEB_REPACKING,
         )
     result = planner.plan(
         candidates,
@@ -163,6 +164,7 @@ def plan(now=None, recheck: Disruption | None = None, after: str | None = None, 
         after=after,
         budget_seconds=_consolidation_seconds(round_started),
         resume=_resume(),
+        repacking=settings.KARPWEB_REPACKING,
     )
     _resume(result.resume)
     _stamp_drift(candidates, now)
@@ -209,6 +211,7 @@ def what_if(now=None) -> dict:
         spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
         budget_seconds=settings.KARPWEB_CONSOLIDATION_SECONDS,
         resume=_resume(),  # where the next round goes on; read, not moved
+        repacking=settings.KARPWEB_REPACKING,
     )
     return answer(picture, picture.candidates, result, time.perf_counter() - started)
 

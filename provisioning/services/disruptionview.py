@@ -178,6 +178,8 @@ def what_if(
     invalid input."""
     import time
 
+    from django.conf import settings
+
     from provisioning.disruption import planner
     from provisioning.services.catalog import bundled_catalog
 
@@ -194,7 +196,14 @@ def what_if(
     candidates = [
         replace(c, last_pod_change_at=max(c.created_at, changes.get(c.name, c.created_at))) for c in picture.candidates
     ]
-    result = planner.plan(candidates, picture.policies, picture.snapshot, now.timestamp(), spot_to_spot=spot_to_spot)
+    result = planner.plan(
+        candidates,
+        picture.policies,
+        picture.snapshot,
+        now.timestamp(),
+        spot_to_spot=spot_to_spot,
+        repacking=settings.KARPWEB_REPACKING,
+    )
     return answer(picture, candidates, result, time.perf_counter() - started), picture.notes
 
 
