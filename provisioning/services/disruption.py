@@ -505,6 +505,7 @@ def _record(command: Command, now, drain: bool = True) -> Disruption:
             "event": "disruption",
             "disruption": disruption.pk,
             "reason": command.reason,
+            "method": command.method,
             "nodes": list(command.candidates),
             "nodeclaims": claims,
             "replacements": [r["instanceType"] for r in disruption.replacement_plan],
@@ -702,7 +703,8 @@ def _revalidated(disruption: Disruption, command: Command) -> Command | None:
     The same nodes for the same reason, each replacement still offered every instance type it
     was planned with (upstream's instanceTypesAreSubset: a type gone dearer or out of capacity
     means a new decision); for emptiness, the planned nodes still empty (those that gained a
-    pod meanwhile are dropped, the others go ahead, as upstream)."""
+    pod meanwhile are dropped, the others go ahead, as upstream); for a repacking, the same
+    nodes repacked again."""
     if command.reason != disruption.reason:
         return None
     planned, fresh = set(disruption.nodes), set(command.candidates)
