@@ -529,22 +529,27 @@ class _Round:
         self.reached = len(ordered)
         return []
 
+    def _simulate(self, move: Sequence[Candidate], *, optimize: bool, cluster: Snapshot | None = None):
+        """A consolidation's simulation: the nodes leaving go too, no moved pod lands on a node
+        not yet initialized or still inside its consolidateAfter, minValues never relaxed."""
+        return simulate(
+            move,
+            self.cluster if cluster is None else cluster,
+            self.solve,
+            leaving=self.leaving,
+            uninitialized=self.uninitialized,
+            optimize=optimize,
+            closed=self.cooling,
+            strict_min_values=True,
+        )
+
     def _consolidate(self, move: Sequence[Candidate], *, multi_node: bool) -> Command | str:
         """Upstream's ``computeConsolidation``: a delete or a single cheaper replacement for
         ``move``, or why neither is possible."""
         # Packed as upstream packs (each new NodeClaim filled as far as the largest type allows):
         # the cost-optimized packing may split the pods over several smaller nodes, and
         # consolidation only ever replaces with one.
-        simulation = simulate(
-            move,
-            self.cluster,
-            self.solve,
-            leaving=self.leaving,
-            uninitialized=self.uninitialized,
-            optimize=False,
-            closed=self.cooling,
-            strict_min_values=True,
-        )
+        simulation = self._simulate(move, optimize=False)
         if simulation.failure:
             return simulation.failure
         claims = simulation.plan.claims
@@ -619,16 +624,7 @@ class _Round:
             # The packing keeps to the round's time: pods it does not reach fail the move.
             left = max(MIN_REPACK_SECONDS, self.deadline - time.perf_counter())
             cluster = replace(cluster, deadline_seconds=min(cluster.deadline_seconds, left))
-        simulation = simulate(
-            group,
-            cluster,
-            self.solve,
-            leaving=self.leaving,
-            uninitialized=self.uninitialized,
-            optimize=True,
-            closed=self.cooling,
-            strict_min_values=True,
-        )
+        simulation = self._simulate(group, optimize=True, cluster=cluster)
         claims = simulation.plan.claims
         if simulation.failure or len(claims) >= len(group):
             return None  # a repacking leaves fewer nodes than it removes

@@ -133,7 +133,6 @@ def plan(now=None, recheck: Disruption | None = None, after: str | None = None, 
     now = now or timezone.now()
     picture = _picture(now, recheck)
     candidates = picture.candidates
-    spot_to_spot = settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION
     if recheck is not None:
         planned = set(recheck.nodes)
         candidates = [
@@ -145,26 +144,15 @@ def plan(now=None, recheck: Disruption | None = None, after: str | None = None, 
         # A repacking is asked again by repacking alone: upstream's methods, tried first, may
         # find another command over some of its nodes, which would cancel it for nothing.
         method = recheck.method or planner.method_of(recheck.reason, len(recheck.nodes))
-        return planner.plan(
-            candidates,
-            picture.policies,
-            picture.snapshot,
-            now.timestamp(),
-            spot_to_spot=spot_to_spot,
-            recheck=True,
-            after=planner.SINGLE_NODE if method == planner.REPACKING else None,
-            repacking=settings.KARPWEB_REPACKING,
-        )
-    result = planner.plan(
+        after = planner.SINGLE_NODE if method == planner.REPACKING else None
+        return _run_planner(picture, candidates, now, recheck=True, after=after)
+    result = _run_planner(
+        picture,
         candidates,
-        picture.policies,
-        picture.snapshot,
-        now.timestamp(),
-        spot_to_spot=spot_to_spot,
+        now,
         after=after,
         budget_seconds=_consolidation_seconds(round_started),
         resume=_resume(),
-        repacking=settings.KARPWEB_REPACKING,
     )
     _resume(result.resume)
     _stamp_drift(candidates, now)
@@ -203,17 +191,27 @@ def what_if(now=None) -> dict:
     started = time.perf_counter()
     now = now or timezone.now()
     picture = _picture(now)
-    result = planner.plan(
+    result = _run_planner(
+        picture,
         picture.candidates,
+        now,
+        budget_seconds=settings.KARPWEB_CONSOLIDATION_SECONDS,
+        resume=_resume(),  # where the next round goes on; read, not moved
+    )
+    return answer(picture, picture.candidates, result, time.perf_counter() - started)
+
+
+def _run_planner(picture: Picture, candidates, now, **options):
+    """The pure planner over the picture, with the feature gates the settings set."""
+    return planner.plan(
+        candidates,
         picture.policies,
         picture.snapshot,
         now.timestamp(),
         spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
-        budget_seconds=settings.KARPWEB_CONSOLIDATION_SECONDS,
-        resume=_resume(),  # where the next round goes on; read, not moved
         repacking=settings.KARPWEB_REPACKING,
+        **options,
     )
-    return answer(picture, picture.candidates, result, time.perf_counter() - started)
 
 
 MIN_CONSOLIDATION_SECONDS = 0.5  # however long the round's other work took: consolidation goes on
