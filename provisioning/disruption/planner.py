@@ -14,11 +14,11 @@
 3. Karpweb's repacking, when single-node consolidation looked at every candidate and found
    nothing: a NodePool's candidates, as many as its budget allows (five at most), packed anew
    by THE solver's cost-optimizing packing onto the room the other nodes have and onto fewer
-   new nodes, when that saves at least ``REPACK_MIN_SAVINGS`` of their price. Upstream's methods replace with
-   one node at most and pack as the greedy does, so a cluster of full small nodes (each too full
-   to go alone, none two of which one cheaper node holds) stays as it is; larger nodes carry
-   less reserved overhead per pod, and the other nodes' scattered room takes pods only when
-   several nodes' pods are placed together.
+   new nodes, when that saves at least ``REPACK_MIN_SAVINGS`` of their price. Upstream's
+   methods replace with one node at most and pack as the greedy does, so a cluster of full
+   small nodes (each too full to go alone, none two of which one cheaper node holds) stays as
+   it is; larger nodes carry less reserved overhead per pod, and the other nodes' scattered
+   room takes pods only when several nodes' pods are placed together.
 
 Every simulation is a run of THE solver on the cluster without the nodes in question. Budgets
 are counted per NodePool and reason. Every candidate left alone gets a sentence saying why.

@@ -62,10 +62,7 @@ def price_replacement(
     multi_node: bool,
 ) -> PricedReplacement | str:
     """The replacement narrowed to what is worth launching, or why nothing is (for people)."""
-    pool = pools.get(claim.nodepool)
-    types = {t.name: t for t in pool.instance_types} if pool else {}
-    offerings = {o.instance_type: _offerings(o, types.get(o.instance_type), claim) for o in claim.options}
-    launchable = {o.capacity_type for offs in offerings.values() for o in offs}
+    types, offerings, launchable = _launchable(claim, pools)
     source_price = sum(c.price_per_hour for c in candidates)
     all_spot = all(c.capacity_type == SPOT for c in candidates)
 
@@ -131,10 +128,7 @@ def price_each(
     all_spot = all(c.capacity_type == SPOT for c in candidates)
     out = []
     for claim in claims:
-        pool = pools.get(claim.nodepool)
-        types = {t.name: t for t in pool.instance_types} if pool else {}
-        offerings = {o.instance_type: _offerings(o, types.get(o.instance_type), claim) for o in claim.options}
-        launchable = {o.capacity_type for offs in offerings.values() for o in offs}
+        types, offerings, launchable = _launchable(claim, pools)
         capacity_type = next((ct for ct in LAUNCH_PRECEDENCE if ct in launchable), None)
         if capacity_type is None:
             return "no available offering can launch a replacement its pods need"
@@ -160,14 +154,27 @@ def price_each(
 def worst_launch_price(claim: ClaimPlan, pools: Mapping[str, NodePoolInput]) -> float:
     """The most ``claim`` can cost per hour as planned: its dearest compatible offering in the
     capacity type it would launch as (reserved, else spot, else on-demand)."""
-    pool = pools.get(claim.nodepool)
-    types = {t.name: t for t in pool.instance_types} if pool else {}
-    offerings = [o for option in claim.options for o in _offerings(option, types.get(option.instance_type), claim)]
-    launchable = {o.capacity_type for o in offerings}
+    _, by_type, launchable = _launchable(claim, pools)
     capacity_type = next((ct for ct in LAUNCH_PRECEDENCE if ct in launchable), None)
     if capacity_type is None:
         return claim.price
-    return max(o.price for o in offerings if o.capacity_type == capacity_type)
+    return max(o.price for offerings in by_type.values() for o in offerings if o.capacity_type == capacity_type)
+
+
+def _launchable(claim: ClaimPlan, pools: Mapping[str, NodePoolInput]):
+    """The claim's NodePool's types by name, each option's type's offerings the claim allows
+    (by type), and the capacity types among them."""
+    pool = pools.get(claim.nodepool)
+    types = {t.name: t for t in pool.instance_types} if pool else {}
+    offerings: dict[str, list[InstanceTypeOption]] = {}
+    for option in claim.options:
+        known = types.get(option.instance_type)
+        if known is None:  # not in the catalog: each option is an offering of its own
+            offerings.setdefault(option.instance_type, []).append(option)
+        elif option.instance_type not in offerings:
+            offerings[option.instance_type] = _offerings(option, known, claim)
+    launchable = {o.capacity_type for offs in offerings.values() for o in offs}
+    return types, offerings, launchable
 
 
 def _offerings(option: InstanceTypeOption, instance_type: InstanceType | None, claim: ClaimPlan):
