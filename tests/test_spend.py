@@ -150,6 +150,16 @@ def test_a_page_range_starts_on_a_multiple_of_its_step():
         spend.window("2d", NOW)
 
 
+def test_a_page_range_ends_on_the_second_so_no_bucket_is_shorter_than_a_printed_second():
+    # A fraction past an edge: the range ends on the edge, and its last bucket is a whole step.
+    start, end, step = spend.window("1h", at(12) + timedelta(microseconds=300_000))
+    assert end == at(12)
+    edges = spend.bucket_edges(start, end, step)
+    assert len(edges) == 61 and edges[-2:] == (at(11, 59), at(12))
+    start, end, step = spend.window("1h", at(12, 0, 7) + timedelta(microseconds=999_999))
+    assert spend.bucket_edges(start, end, step)[-2:] == (at(12), at(12, 0, 7))
+
+
 # ------------------------------------------------------------------ the page's report
 
 

@@ -247,13 +247,15 @@ def _allocation():
 
 def window(range_name: str, now: datetime) -> tuple[datetime, datetime, timedelta]:
     """``(start, end, step)`` of a page range ending now; the start is a multiple of the step
-    (UTC), so buckets keep their edges from one refresh to the next."""
+    (UTC), so buckets keep their edges from one refresh to the next. The end is now to the
+    whole second, as the page and its CSV print it: a fraction of a second past an edge would
+    make a last bucket that begins and ends at the same printed time."""
     r = RANGES.get(range_name)
     if r is None:
         raise SpendError("range", f"{range_name!r} is not one of {', '.join(RANGES)}")
     step = r.step.total_seconds()
     start = math.floor((now - r.length).timestamp() / step) * step
-    return datetime.fromtimestamp(start, UTC), now, r.step
+    return datetime.fromtimestamp(start, UTC), now.replace(microsecond=0), r.step
 
 
 def bucket_edges(start: datetime, end: datetime, step: timedelta) -> tuple[datetime, ...]:
