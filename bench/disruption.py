@@ -793,7 +793,7 @@ def replace_row(row, **changes):
     return clone
 
 
-def references(catalog) -> dict:
+def references(catalog, held: dict[str, frozenset] | None = None) -> dict:
     """The remaining pods on an empty cluster: the pooled LP bound per NodePool (summed), THE
     solver's plan and the greedy's, each timed."""
     from bench.solver import _pool_price, pod_classes
@@ -818,7 +818,7 @@ def references(catalog) -> dict:
         out["lp_by_pool"][pool.name] = bound.cost_per_hour
         if bound.status != "optimal":
             out["lp_status"] = f"{pool.name}: {bound.status} {bound.message}".strip()
-    out.update(reachable_bound(snapshot, pool_of, catalog))
+    out.update(reachable_bound(snapshot, pool_of, catalog, held))
     for label, optimize in (("solver", True), ("greedy", False)):
         start = time.perf_counter()
         plan = solve(replace(snapshot, optimize=optimize))
@@ -833,7 +833,8 @@ def pinned_pods() -> dict[str, list]:
     """Per node, the pods on it no disruption may ever move: annotated do-not-disrupt, or
     selected by a PodDisruptionBudget that allows no disruption whatever the pods' health
     (maxUnavailable 0, minAvailable 100%). Read from the rows and the budgets as written, not
-    from the planner: their nodes stay, whatever consolidation does."""
+    from the planner: their nodes stay, whatever consolidation does, and so do the other pods
+    on them (consolidation evicts only from the nodes it disrupts)."""
     from provisioning.disruption.eviction import budget_from_manifest
     from provisioning.models import ClusterPod
     from provisioning.scheduling.pods import Pod
@@ -849,12 +850,26 @@ def pinned_pods() -> dict[str, list]:
     return out
 
 
-def reachable_bound(snapshot, pool_of: dict[str, str], catalog) -> dict:
+def held_at_start() -> dict[str, frozenset]:
+    """Per node that holds a pod nothing may move (:func:`pinned_pods`), the keys of every pod
+    on it before the rounds: the node is never disrupted, so none of them ever leaves it."""
+    from provisioning.models import ClusterPod
+
+    nodes = set(pinned_pods())
+    held: dict[str, set] = {}
+    for row in ClusterPod.objects.filter(node_name__in=nodes).only("namespace", "name", "node_name"):
+        held.setdefault(row.node_name, set()).add(row.key)
+    return {name: frozenset(keys) for name, keys in held.items()}
+
+
+def reachable_bound(snapshot, pool_of: dict[str, str], catalog, held: dict[str, frozenset] | None = None) -> dict:
     """The least any consolidation of this cluster could reach, an LP relaxation as the pooled
     bound is, with what no consolidation can change:
 
-    * the nodes holding pods nothing may move stay: their price counts in full, and their free
-      room takes other pods at no cost (each such node a type of its own, priced 0, at most one);
+    * the nodes holding pods nothing may move stay, and with them every pod they held when the
+      rounds began (``held``; without it, the pinned pods alone): their price counts in full,
+      and their free room takes other pods at no cost (each such node a type of its own,
+      priced 0, at most one);
     * every node is in a zone: new capacity is priced per zone (a type where the NodePool offers
       it, at its price there), and the pods of a zone spread (DoNotSchedule on
       topology.kubernetes.io/zone, one request shape) keep at least the share of each zone their
@@ -865,14 +880,25 @@ def reachable_bound(snapshot, pool_of: dict[str, str], catalog) -> dict:
     within their skew. (A cluster that kept pods of a spread off balance since before the
     rounds could cost less; the ratio would show it below 1.)"""
     from bench.solver import _pool_price, pod_classes
-    from provisioning.models import ClusterNode, NodeClaim
+    from provisioning.models import ClusterNode, ClusterPod, NodeClaim
     from provisioning.scheduling.instancetypes import InstanceType, Offering, Overhead
     from provisioning.scheduling.lowerbound import PodClass, lp_lower_bound
 
     pinned = pinned_pods()
+    if held is not None:
+        on = {}
+        for row in ClusterPod.objects.filter(node_name__in=pinned).order_by("pk"):
+            if row.key in held.get(row.node_name, ()):
+                on.setdefault(row.node_name, []).append(row)
+        pinned = {name: on.get(name, rows) for name, rows in pinned.items()}
     pinned_keys = {row.key for rows in pinned.values() for row in rows}
     price = {c.node_name: float(c.price_per_hour or 0) for c in NodeClaim.objects.exclude(node_name="")}
     nodes = {n.name: n for n in ClusterNode.objects.filter(name__in=pinned)}
+    zone_of = {
+        name: ((node.manifest.get("metadata") or {}).get("labels") or {}).get("topology.kubernetes.io/zone")
+        for name, node in nodes.items()
+    }
+    fixed_zone = {row.key: zone_of[name] for name, rows in pinned.items() for row in rows if zone_of.get(name)}
     out = {"reachable": 0.0, "pinned_nodes": len(pinned), "pinned_cost": 0.0, "pinned_pods": len(pinned_keys)}
     for pool in snapshot.nodepools:
         priced = _pool_price(pool)
@@ -911,7 +937,7 @@ def reachable_bound(snapshot, pool_of: dict[str, str], catalog) -> dict:
             continue
         classes, per_node = pod_classes(pods, pool)
         everyone = [p for p in snapshot.pods if pool_of.get(p.labels.get("app"), "general") == pool.name]
-        classes = _zone_shares(classes, pods, everyone, pool, zones, PodClass)
+        classes = _zone_shares(classes, pods, everyone, pool, zones, PodClass, fixed_zone)
         bound = lp_lower_bound(
             classes,
             (*types, *free_nodes),
@@ -926,13 +952,17 @@ def reachable_bound(snapshot, pool_of: dict[str, str], catalog) -> dict:
     return out
 
 
-def _zone_shares(classes, pods, everyone, pool, zones, pod_class) -> list:
+def _zone_shares(classes, pods, everyone, pool, zones, pod_class, fixed_zone=None) -> list:
     """``classes`` (of ``pods``) with the pods of each zone spread of one request shape split: in
-    every zone the least its skew allows, pinned there, and the rest free to go anywhere. A
-    spread whose selector also counts pods that do not move (in ``everyone``, not in ``pods``)
-    or carry no such spread is left whole."""
+    every zone what it lacks of the least its skew allows (``ceil((n - maxSkew * (zones - 1)) /
+    zones)`` of the ``n`` pods the selector counts), kept there, and the rest free to go
+    anywhere. The pods the selector counts that do not move (in ``everyone``, not in ``pods``)
+    count in the zone ``fixed_zone`` gives them; a spread counting one it does not know is left
+    whole."""
     from bench.solver import pod_classes
 
+    fixed_zone = fixed_zone or {}
+    moving = {p.key for p in pods}
     spreads: dict = {}
     for pod in pods:
         for c in pod.topology_spread:
@@ -941,20 +971,25 @@ def _zone_shares(classes, pods, everyone, pool, zones, pod_class) -> list:
     out = list(classes)
     for (selector, skew), members in spreads.items():
         (shape, *others), _ = pod_classes(members, pool)
-        if others or len(members) != sum(1 for p in everyone if selector.matches(p.labels)):
+        fixed = [p.key for p in everyone if p.key not in moving and selector.matches(p.labels)]
+        if others or any(key not in fixed_zone for key in fixed):
             continue
-        least = max(0, math.ceil((len(members) - skew * (len(zones) - 1)) / len(zones)))
-        if not least:
-            continue
-        # The shape's class in ``classes`` gives up the pinned pods.
+        counted = len(members) + len(fixed)
+        least = max(0, math.ceil((counted - skew * (len(zones) - 1)) / len(zones)))
+        there_already = Counter(fixed_zone[key] for key in fixed)
+        lacking = {zone: max(0, least - there_already[zone]) for zone in zones}
+        if not any(lacking.values()) or sum(lacking.values()) > len(members):
+            continue  # (more than the moving pods: the pods that stay keep it off balance)
+        # The shape's class in ``classes`` gives up the pods each zone lacks.
         index = next(i for i, c in enumerate(out) if c.requests == shape.requests and c.count >= len(members))
-        out[index] = pod_class(out[index].count - least * len(zones), shape.requests, out[index].compatible)
+        out[index] = pod_class(out[index].count - sum(lacking.values()), shape.requests, out[index].compatible)
         for zone in zones:
 
             def there(it, zone=zone, compatible=shape.compatible) -> bool:
                 return it.offerings[0].zone == zone and (compatible is None or compatible(it))
 
-            out.append(pod_class(least, shape.requests, there))
+            if lacking[zone]:
+                out.append(pod_class(lacking[zone], shape.requests, there))
     return out
 
 
@@ -1134,6 +1169,7 @@ def run_bench(args) -> dict:
         else "lets every eviction through",
     }
     result["nodes_before"], result["cost_before"] = cluster_cost()
+    held = held_at_start()
     result["build_seconds"] = time.perf_counter() - started
     profile = cProfile.Profile() if args.profile else None
 
@@ -1166,7 +1202,12 @@ def run_bench(args) -> dict:
     result["simulation_seconds"] = simulation_timer.seconds
     result["nodes_after"], result["cost_after"] = cluster_cost()
     result["pods_bound_after"] = ClusterPod.objects.exclude(node_name="").count()
-    result["references"] = references(catalog)
+    result["references"] = references(catalog, held)
+    # The bound keeping those pods where they were holds only if none of them left: checked.
+    still = set(ClusterPod.objects.filter(node_name__in=held).values_list("node_name", "namespace", "name"))
+    result["held_pods_moved"] = sum(
+        1 for node, keys in held.items() for key in keys if (node, *key.split("/", 1)) not in still
+    )
     result["evictions"] = tally.evictions
     result["evictions_refused"] = tally.refused
     result["pods_deleted_with_node"] = tally.deleted_with_node
@@ -1316,13 +1357,16 @@ def report(r: dict) -> list[str]:
     if refs.get("pinned_nodes"):
         reach = refs["reachable"]
         note = f" [{refs['reachable_status']}]" if refs.get("reachable_status") else ""
+        if r.get("held_pods_moved"):
+            note += f" [{r['held_pods_moved']} of those pods left their node: not a bound]"
         rows.append(
             (
                 "after / the least consolidation could reach",
                 f"{r['cost_after'] / reach:.3f}" if reach else "-",
-                f"${reach:,.2f}/h = {refs['pinned_nodes']:,} nodes holding {refs['pinned_pods']:,} pods nothing may "
-                f"move (do-not-disrupt, a PDB allowing none) ${refs['pinned_cost']:,.2f}/h, their room free, the "
-                f"other pods at the LP's prices{note}; that bound / LP {reach / refs['lp']:.3f}",
+                f"${reach:,.2f}/h = {refs['pinned_nodes']:,} nodes never disrupted (a do-not-disrupt pod, a PDB "
+                f"allowing none) with the {refs['pinned_pods']:,} pods they held as the rounds began "
+                f"${refs['pinned_cost']:,.2f}/h, their room free, the other pods at the LP's prices{note}; "
+                f"that bound / LP {reach / refs['lp']:.3f}",
             )
         )
     rows.append(

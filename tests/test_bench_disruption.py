@@ -27,7 +27,8 @@ def test_a_tiny_cluster_is_consolidated_without_violations(capsys):
     from provisioning.services import dispatch
 
     installed = dispatch._installed
-    status = _bench().main(["--nodes", "20", "--pods", "150", "--seed", "3", "--json"])
+    bench = _bench()
+    status = bench.main(["--nodes", "20", "--pods", "150", "--seed", "3", "--json"])
     out = capsys.readouterr().out
     result = json.loads(out.strip().splitlines()[-1])
 
@@ -39,6 +40,11 @@ def test_a_tiny_cluster_is_consolidated_without_violations(capsys):
     assert result["nodes_before"] == 20 and result["nodes_after"] < 20
     assert result["cost_after"] < result["cost_before"]
     assert result["references"]["lp"] > 0 and result["cost_after"] >= result["references"]["lp"] * 0.999
+    # The nodes nothing may disrupt keep every pod they held: the bound that keeps them holds.
+    refs = result["references"]
+    assert refs["pinned_nodes"] > 0 and result["held_pods_moved"] == 0
+    assert refs["pinned_pods"] > sum(map(len, bench.pinned_pods().values()))  # more than the pinned pods alone
+    assert result["cost_after"] >= refs["reachable"] * 0.999 and refs["reachable"] >= refs["lp"] * 0.999
     assert result["evictions"] > 0 and result["pods_pending"] == 0
     assert ClusterPod.objects.exclude(node_name="").count() == 60  # every pod left runs somewhere
     assert ClusterNode.objects.count() == result["nodes_after"]
@@ -85,3 +91,59 @@ def test_repacking_goes_on_where_upstreams_methods_stop(capsys):
     assert repacking["converged"] and repacking["violations"] == 0 and repacking["pods_pending"] == 0
     assert repacking["cost_after"] < upstream["cost_after"]
     assert repacking["cost_after"] >= repacking["references"]["reachable"] * 0.999  # no cheaper than the bound
+
+
+ZONES = tuple(f"us-east-1{z}" for z in "abcdef")
+
+
+def _spread_pods(count: int, prefix: str) -> list:
+    from provisioning.scheduling.labelselector import LabelSelector
+    from provisioning.scheduling.pods import Pod, TopologySpreadConstraint
+
+    spread = TopologySpreadConstraint(
+        1, "topology.kubernetes.io/zone", "DoNotSchedule", LabelSelector.from_manifest({"matchLabels": {"app": "web"}})
+    )
+    requests = {"cpu": 250, "memory": 512 * 2**20, "pods": 1}
+    return [Pod("default", f"{prefix}-{i}", requests, {"app": "web"}, topology_spread=(spread,)) for i in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("moving", "fixed_in_a", "shares"),
+    [
+        # 36 pods, maxSkew 1 over six zones: every zone holds at least ceil((36 - 5) / 6) = 6.
+        (36, 0, {zone: 6 for zone in ZONES}),
+        # Six of them stay in zone a: it lacks none, the five others six each.
+        (30, 6, {zone: 6 for zone in ZONES[1:]}),
+        # Two stay in zone a: it lacks four.
+        (34, 2, {ZONES[0]: 4, **{zone: 6 for zone in ZONES[1:]}}),
+        # Twelve stay in zone a: a spread needs more in the other zones than there are pods to
+        # move (ceil((18 - 5) / 6) = 3 each, 15 > 6): left whole rather than made infeasible.
+        (6, 12, {}),
+    ],
+)
+def test_the_bound_keeps_each_zones_least_share_counting_the_pods_that_stay(moving, fixed_in_a, shares):
+    from bench.scenarios import instance_types, nodepool
+    from bench.solver import pod_classes
+    from provisioning.scheduling.lowerbound import PodClass
+
+    bench = _bench()
+    pool = nodepool(instance_types())
+    pods = _spread_pods(moving, "moving")
+    fixed = _spread_pods(fixed_in_a, "fixed")
+    classes, _ = pod_classes(pods, pool)
+    out = bench._zone_shares(classes, pods, pods + fixed, pool, ZONES, PodClass, {p.key: ZONES[0] for p in fixed})
+
+    free, *per_zone = out
+    assert free.count == moving - sum(shares.values())
+    kept = {}
+    for c in per_zone:
+        (zone,) = [z for z in ZONES if any(c.compatible(t) for t in _in_zone(pool, z))]
+        kept[zone] = c.count
+    assert kept == shares
+
+
+def _in_zone(pool, zone):
+    from dataclasses import replace
+
+    out = [replace(t, offerings=tuple(o for o in t.offerings if o.zone == zone)) for t in pool.instance_types]
+    return [t for t in out if t.offerings]
