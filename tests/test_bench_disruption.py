@@ -45,6 +45,8 @@ def test_a_tiny_cluster_is_consolidated_without_violations(capsys):
     assert refs["pinned_nodes"] > 0 and result["held_pods_moved"] == 0
     assert refs["pinned_pods"] > sum(map(len, bench.pinned_pods().values()))  # more than the pinned pods alone
     assert result["cost_after"] >= refs["reachable"] * 0.999 and refs["reachable"] >= refs["lp"] * 0.999
+    # A whole integer repacking under the same relaxations is never below that LP.
+    assert refs["arranged_left"] == 0 and refs["arranged"] >= refs["reachable"] * 0.999
     assert result["evictions"] > 0 and result["pods_pending"] == 0
     assert ClusterPod.objects.exclude(node_name="").count() == 60  # every pod left runs somewhere
     assert ClusterNode.objects.count() == result["nodes_after"]
