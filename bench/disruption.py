@@ -974,16 +974,11 @@ def _arranged(classes, types, free_nodes, priced, per_node: dict[str, int]) -> t
     and the pods it left out."""
     import numpy as np
 
+    from bench.solver import packing_arrays
     from provisioning.scheduling.integral import pack
 
     every = (*types, *free_nodes)
-    resources = sorted({r for c in classes for r, amount in c.requests.items() if amount > 0})
-    demand = np.array([[c.requests.get(r, 0) for r in resources] for c in classes], dtype=np.int64)
-    usable = np.array(
-        [[per_node[r] if r in per_node else t.allocatable.get(r, 0) for r in resources] for t in every], dtype=np.int64
-    )
-    price = np.array([math.inf if priced(t) is None else priced(t) for t in every])
-    compat = np.array([[c.compatible is None or bool(c.compatible(t)) for t in every] for c in classes], dtype=bool)
+    demand, usable, compat, price = packing_arrays(classes, every, priced, per_node)
     # One capacity column per pinned node, limited to one: each of them is there once.
     capacity = np.zeros((len(every), len(free_nodes)), dtype=np.int64)
     capacity[len(types) :, :] = np.eye(len(free_nodes), dtype=np.int64)

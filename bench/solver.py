@@ -133,11 +133,7 @@ def pattern_bound(classes: list[PodClass], pool: NodePoolInput) -> tuple[float, 
     start = time.perf_counter()
     price = _pool_price(pool)
     types = [it for it in pool.instance_types if price(it) is not None]
-    resources = sorted({r for c in classes for r, v in c.requests.items() if v > 0})
-    demand = np.array([[c.requests.get(r, 0) for r in resources] for c in classes], dtype=np.int64)
-    usable = np.array([[it.allocatable.get(r, 0) for r in resources] for it in types], dtype=np.int64)
-    compat = np.array([[c.compatible is None or c.compatible(it) for it in types] for c in classes], dtype=bool)
-    prices = np.array([price(it) for it in types])
+    demand, usable, compat, prices = packing_arrays(classes, types, price)
     saved = integral.EXACT_TYPES, integral.KNAPSACK_SECONDS, integral.MAX_ROUNDS
     counts = np.array([c.count for c in classes], dtype=np.int64)
     copies = integral._copies(demand, usable)
@@ -151,6 +147,25 @@ def pattern_bound(classes: list[PodClass], pool: NodePoolInput) -> tuple[float, 
     finally:  # the solver measured next in this process runs with its own settings
         integral.EXACT_TYPES, integral.KNAPSACK_SECONDS, integral.MAX_ROUNDS = saved
     return problem.lp_cost, time.perf_counter() - start
+
+
+def packing_arrays(classes: list[PodClass], types, price, per_node: dict[str, int] | None = None) -> tuple:
+    """What ``integral``'s packing reads, for ``classes`` over ``types``: the classes' requests
+    and the types' allocatable (``per_node`` in place of it for those resources) per resource
+    any class requests, which class may go on which type, and each type's ``price`` (infinite
+    where it has none)."""
+    import numpy as np
+
+    per_node = per_node or {}
+    resources = sorted({r for c in classes for r, v in c.requests.items() if v > 0})
+    demand = np.array([[c.requests.get(r, 0) for r in resources] for c in classes], dtype=np.int64)
+    usable = np.array(
+        [[per_node[r] if r in per_node else it.allocatable.get(r, 0) for r in resources] for it in types],
+        dtype=np.int64,
+    )
+    compat = np.array([[c.compatible is None or bool(c.compatible(it)) for it in types] for c in classes], dtype=bool)
+    prices = np.array([math.inf if price(it) is None else price(it) for it in types])
+    return demand, usable, compat, prices
 
 
 # -- one scenario (in its own process) ------------------------------------------------------------
