@@ -37,9 +37,10 @@ step), then its nodes drained through the cluster's Eviction API and terminated.
 the simulated scheduler binds pending pods; a pod it cannot bind is handed to a provisioning
 run (``provision_once``), as the pipeline would. The loop ends when a round finds no command,
 none was in progress as it began (a drain that ends in the round ends after its planning, which
-still saw those nodes leaving) or is after it, no node backs off after a cancelled re-check, and the rounds in a row
-that found nothing have looked at every candidate (single-node consolidation goes on each
-round from where its time ran out the round before); or, stalled, when the same command is
+still saw those nodes leaving) or is after it, no node backs off after a cancelled re-check, and
+the planner says consolidation looked at everything since the last command (single-node
+consolidation at every candidate, then repacking at every window, each going on round after
+round from where its time ran out), all of it in such rounds; or, stalled, when the same command is
 planned and cancelled on its re-check three times with no command started in between
 (nothing else gets done while it comes back).
 
@@ -1065,7 +1066,9 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
     cancel_message = ""
     stalled = ""
     converged = False
-    looked_at = 0  # candidates single-node consolidation looked at in the quiet rounds so far
+    # Consolidation's cycle (every candidate, then every repacking window, since the last
+    # command) begins afresh in the next round that plans; ``clean``: its rounds were all quiet.
+    fresh, clean = True, False
     count = 0
     while count < args.max_rounds:
         count += 1
@@ -1101,15 +1104,16 @@ def converge(args, catalog, plan_timer: Timed, profile: cProfile.Profile | None)
         # (A node backing off after its re-check cancelled it is still to be looked at.)
         cancels = disruption.recheck_cancels(now).values()
         backing_off = any(backoff_left(times, now.timestamp()) > 0 for times in cancels)
-        # Single-node consolidation may run out of time and go on next round from where it
-        # stopped: converged once the quiet rounds in a row have looked at every candidate.
+        # Single-node consolidation and repacking may run out of time and go on next round from
+        # where they stopped: converged once a cycle of quiet rounds looked at everything.
         quiet = planned and not busy and not new.exists() and not active.exists() and not backing_off
         if planned:
             last_plan = plan_timer.last["plan"]
-            looked_at = looked_at + last_plan.reached if quiet else 0
-        if quiet and looked_at >= last_plan.reached + last_plan.unreached:
-            converged = True
-            break
+            clean = quiet and (fresh or clean)
+            if clean and last_plan.consolidated:
+                converged = True
+                break
+            fresh = last_plan.progress.looked == 0 and last_plan.progress.repacked == 0
         # Commands are planned on the simulated clock: their re-check waits 15 s of it.
         new.update(planned_at=now)
         for d in Disruption.objects.filter(pk__gt=seen, state=Disruption.State.CANCELLED).order_by("pk"):

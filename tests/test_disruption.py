@@ -627,23 +627,26 @@ def test_single_node_consolidation_stops_at_its_time_and_goes_on_from_there_next
         tried[-1].update(p.name.split("-")[0] for p in snapshot.pods)
         return solve(snapshot)
 
-    resume = 0
+    progress = None
     unreached = []
-    for _ in range(3):
+    while progress is None or progress.looked < 4:
         tried.append(set())
-        result = run(nodes, solve=counting, budget_seconds=1.5, resume=resume)
+        result = run(nodes, solve=counting, budget_seconds=1.5, progress=progress)
         assert result.commands == ()
-        resume = result.resume
+        progress = result.progress
         unreached.append(result.unreached)
         assert result.reached + result.unreached == 4
-    first, second, third = tried
+    first, second, *_ = tried
     assert first and second and first != second  # each round goes on where the last stopped
-    assert first | second | third == {"web0", "web1", "web2", "web3"}
+    assert set().union(*tried) == {"web0", "web1", "web2", "web3"}
     assert any("ran out" in why for why in result.not_candidates.values())
     # Each round says how many it did not reach: a round that plans nothing saw them all only at 0.
     assert all(0 < n < 4 for n in unreached), unreached
+    # Every candidate looked at: the next round is repacking's (see the tests of repacking).
+    settled = run(nodes, solve=solve, budget_seconds=1.5, progress=progress)
+    assert (settled.reached, settled.unreached) == (0, 0)
     monkeypatch.setattr(planner_module.time, "perf_counter", lambda: 0.0)  # time enough
-    whole = run(nodes, solve=solve, budget_seconds=1.5, resume=resume)
+    whole = run(nodes, solve=solve, budget_seconds=1.5, progress=replace(progress, looked=0))
     assert (whole.reached, whole.unreached) == (4, 0)
 
 
@@ -733,6 +736,75 @@ def test_repacking_takes_no_more_nodes_at_once_than_the_budget_allows_and_five_a
     # Two at a time: four pods cost as much on new nodes as where they are.
     assert cheapest_cover(4, REPACK_CATALOG) == pytest.approx(2 * 0.192)
     assert run(nodes, PoolPolicy("general", budgets=(Budget("2"),)), pools=(repack_pool,)).commands == ()
+
+
+def one_candidate_a_round(monkeypatch):
+    """The planner's clock (only its own) reads a second later each time: with 1.5 s a round,
+    single-node consolidation looks at one or two candidates a round, as on a large cluster."""
+    from types import SimpleNamespace
+
+    from provisioning.disruption import planner as planner_module
+
+    seconds = iter(range(100_000))
+    monkeypatch.setattr(planner_module, "time", SimpleNamespace(perf_counter=lambda: float(next(seconds))))
+
+
+def rounds(nodes, count: int, *policies, **kw) -> list:
+    """``count`` rounds, each given the progress the one before returned."""
+    results, progress = [], None
+    for _ in range(count):
+        results.append(run(nodes, *policies, budget_seconds=1.5, progress=progress, **kw))
+        progress = results[-1].progress
+    return results
+
+
+def test_repacking_gets_its_turn_once_single_node_consolidation_looked_at_every_candidate_over_the_rounds(
+    monkeypatch,
+):
+    one_candidate_a_round(monkeypatch)
+    nodes = full_small_nodes(5)
+    repack_pool = pool(types=REPACK_CATALOG)
+    results = rounds(nodes, 8, pools=(repack_pool,))
+    first = next(i for i, r in enumerate(results) if r.commands)
+    # The rounds before looked at the candidates in turn, none of them all, and found nothing.
+    assert first >= 2 and all(0 < r.unreached < 5 for r in results[:first])
+    assert sum(r.reached for r in results[:first]) >= 5
+    assert results[first - 1].progress.looked == sum(r.reached for r in results[:first])
+    # Then a round is repacking's: single-node consolidation, with nothing new to say, is skipped.
+    command = only(results[first])
+    assert command.method == "repacking" and set(command.candidates) == {f"small-{i}" for i in range(5)}
+    assert results[first].reached == results[first].unreached == 0
+    assert command.savings_per_hour == pytest.approx(5 * 0.192 - cheapest_cover(10, REPACK_CATALOG))
+    # The command starts the count again.
+    assert (results[first].progress.looked, results[first].progress.repacked) == (0, 0)
+    # Given no progress back, every round starts over: repacking never gets its turn.
+    for _ in range(8):
+        assert run(nodes, budget_seconds=1.5, pools=(repack_pool,)).commands == ()
+
+
+def test_consolidation_is_consolidated_once_every_candidate_and_window_was_looked_at_then_starts_over(
+    monkeypatch,
+):
+    one_candidate_a_round(monkeypatch)
+    # Full nodes no method can do anything with: two at a time (the budget), repacking saves nothing.
+    nodes = full_small_nodes(4)
+    two = PoolPolicy("general", budgets=(Budget("2"),))
+    results = rounds(nodes, 12, two, pools=(pool(types=REPACK_CATALOG),))
+    assert all(r.commands == () for r in results)
+    done = [i for i, r in enumerate(results) if r.consolidated]
+    assert done, [r.progress for r in results]
+    first = done[0]
+    # Single-node consolidation looked at all four, then repacking at both its windows, one a
+    # round (two nodes each: their four pods cost on new nodes what they cost now).
+    assert cheapest_cover(4, REPACK_CATALOG) == pytest.approx(2 * 0.192)
+    assert sum(r.reached for r in results[: first + 1]) >= 4
+    settled = [r for r in results[: first + 1] if r.reached == 0]
+    assert len(settled) == 2 and [r.progress.repacked for r in settled] == [1, 0]
+    said = settled[0].not_candidates.values() if settled else ()
+    assert said and all(why.startswith("nothing to do: single-node consolidation looked at it") for why in said)
+    # The next cycle starts over with single-node consolidation.
+    assert results[first].progress.looked == results[first].progress.repacked == 0
+    assert results[first + 1].reached > 0 and not results[first + 1].consolidated
 
 
 def test_a_repacking_is_rechecked_by_repacking_alone():

@@ -303,20 +303,58 @@ def test_consolidation_gets_what_is_left_of_the_round(settings):
     assert disruption._consolidation_seconds(now - 10.0) == disruption.MIN_CONSOLIDATION_SECONDS == 0.5
 
 
-def test_single_node_consolidation_goes_on_where_it_stopped_with_redis_or_without(settings, redis_url):
-    """Where single-node consolidation goes on next round: in Redis, for every worker; without
-    Redis, this process keeps it (from the top every round, the candidates after the first a
-    round has time for would never be looked at)."""
+def test_consolidation_goes_on_where_it_stopped_with_redis_or_without(settings, redis_url):
+    """Where consolidation goes on next round: in Redis, for every worker; without Redis, this
+    process keeps it (from the top every round, the candidates after the first a round has time
+    for would never be looked at, nor repacking get its turn)."""
+    from provisioning.disruption.model import Progress
+
     for url in (redis_url, ""):
         settings.REDIS_URL = url
         connections.reset()
         try:
-            disruption._resume(7)
-            assert disruption._resume() == 7
-            disruption._resume(0)
-            assert disruption._resume() == 0
+            disruption._progress(Progress(single_node=7, looked=12, repacking=3, repacked=1))
+            assert disruption._progress() == Progress(7, 12, 3, 1)
+            disruption._progress(Progress())
+            assert disruption._progress() == Progress()
         finally:
             connections.reset()
+
+
+def test_a_progress_redis_holds_in_another_shape_starts_consolidation_over(settings, redis_url):
+    from provisioning.disruption.model import Progress
+
+    settings.REDIS_URL = redis_url
+    connections.reset()
+    try:
+        for stored in ("7", '{"resume": 7}', "not json"):
+            connections.get_redis().set(disruption.PROGRESS_KEY, stored)
+            assert disruption._progress() == Progress()
+    finally:
+        connections.get_redis().delete(disruption.PROGRESS_KEY)
+        connections.reset()
+
+
+def test_rounds_carry_consolidations_progress_over_and_what_if_reads_it_without_moving_it(cluster, monkeypatch):
+    from provisioning.disruption.model import Progress
+
+    given = []
+    real = disruption.planner.plan
+
+    def planning(*args, **kwargs):
+        given.append(kwargs.get("progress"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(disruption.planner, "plan", planning)
+    disruption._progress(Progress(single_node=1, looked=2))
+    disruption.plan()
+    assert given[-1] == Progress(single_node=1, looked=2)
+    after = disruption._progress()
+    disruption.what_if()
+    # The what-if looks at every candidate (a round that is repacking's turn would skip them),
+    # from where the next round goes on, and leaves the progress as it was.
+    assert given[-1] == Progress(single_node=after.single_node)
+    assert disruption._progress() == after
 
 
 def test_nodes_are_priced_with_the_nodeoverlays_in_force(cluster):

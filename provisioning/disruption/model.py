@@ -218,15 +218,34 @@ class Command:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """How far consolidation got over the rounds since the last command, kept by the caller from
+    one round to the next (a round has time for only so many simulations).
+
+    Single-node consolidation goes on from candidate ``single_node``; once the candidates it
+    looked at since the last command (``looked``) add up to all of them, it has nothing new to
+    say until the cluster changes (upstream skips consolidation then too), and the rounds go to
+    repacking, from window ``repacking`` on, until the windows it looked at (``repacked``) add up
+    to all of its windows; then single-node consolidation's turn comes again."""
+
+    single_node: int = 0
+    looked: int = 0
+    repacking: int = 0
+    repacked: int = 0
+
+
+@dataclass(frozen=True)
 class DisruptionPlan:
     """The round's commands, and for every other candidate why it was left alone."""
 
     commands: tuple[Command, ...] = ()
     not_candidates: Mapping[str, str] = field(default_factory=dict)
-    # Where single-node consolidation goes on next round when its time ran out (0: from the top).
-    resume: int = 0
+    # Where consolidation goes on next round (give it back to ``plan``).
+    progress: Progress = Progress()
     # Candidates single-node consolidation looked at this round, and those it did not reach
-    # before its time ran out: rounds that plan nothing have seen every candidate once those
-    # they looked at add up to all of them.
+    # before its time ran out.
     reached: int = 0
     unreached: int = 0
+    # Every consolidation method looked at every candidate since the last command and found
+    # nothing (upstream's "consolidated" state): nothing changes until the cluster does.
+    consolidated: bool = False

@@ -12,9 +12,10 @@
    candidate that can be deleted or replaced by a cheaper node; a node whose last such command
    its re-check cancelled backs off a while, karpweb's addition).
 3. Karpweb's repacking, when single-node consolidation looked at every candidate and found
-   nothing: a NodePool's candidates, as many as its budget allows (five at most), packed anew
-   by THE solver's cost-optimizing packing onto the room the other nodes have and onto fewer
-   new nodes, when that saves at least ``REPACK_MIN_SAVINGS`` of their price. Upstream's
+   nothing (in this round, or over the rounds since the last command: see ``Progress``): a
+   NodePool's candidates, as many as its budget allows (five at most), packed anew by THE
+   solver's cost-optimizing packing onto the room the other nodes have and onto fewer new
+   nodes, when that saves at least ``REPACK_MIN_SAVINGS`` of their price. Upstream's
    methods replace with one node at most and pack as the greedy does, so a cluster of full
    small nodes (each too full to go alone, none two of which one cheaper node holds) stays as
    it is; larger nodes carry less reserved overhead per pod, and the other nodes' scattered
@@ -53,6 +54,7 @@ from provisioning.disruption.model import (
     Command,
     DisruptionPlan,
     PoolPolicy,
+    Progress,
 )
 from provisioning.disruption.pricing import price_each, price_replacement, worst_launch_price
 from provisioning.disruption.simulation import Solve, simulate
@@ -69,6 +71,10 @@ MAX_MULTI_NODE_CANDIDATES = 100  # upstream's bound on one multi-node consolidat
 REPACK_MIN_SAVINGS = 0.05
 REPACK_MAX_NODES = 5  # a repacking's nodes at most: larger moves drained over many rounds churn
 MIN_REPACK_SECONDS = 0.5  # a repacking started before the round's time ran out may finish it
+SETTLED = (
+    "nothing to do: single-node consolidation looked at it since the last command and found no cheaper "
+    "arrangement without it; this round repacking looks further"
+)
 EMPTINESS, DRIFT, MULTI_NODE, SINGLE_NODE, REPACKING = (
     "emptiness",
     "drift",
@@ -101,7 +107,7 @@ def plan(
     solve: Solve | None = None,
     after: str | None = None,
     budget_seconds: float | None = None,
-    resume: int = 0,
+    progress: Progress | None = None,
     recheck: bool = False,
     repacking: bool = True,
 ) -> DisruptionPlan:
@@ -116,8 +122,9 @@ def plan(
     method (``METHODS``) whose command failed its re-check this round: only the methods after
     it are tried, as upstream's loop goes on to the next method. ``budget_seconds`` bounds the
     consolidation methods' simulations (upstream times them out too); single-node consolidation
-    then stops where it is and says so, and the plan's ``resume`` is where it starts the next
-    round (given back as ``resume``), so every candidate is looked at in turn. ``recheck``: the
+    and repacking then stop where they are and say so, and the plan's ``progress`` is where they
+    go on next round (given back as ``progress``), so every candidate is looked at in turn and
+    repacking gets its rounds however few candidates a round has time for. ``recheck``: the
     candidates not blocked are a planned command's, asked whether they can still go; multi-node
     consolidation then simulates them all together first (upstream's validation simulates the
     command as it is), before looking for the largest prefix. ``repacking``: False leaves
@@ -130,7 +137,7 @@ def plan(
     round_ = _Round(candidates, policies, cluster, now, spot_to_spot, solve)
     round_.deadline = None if budget_seconds is None else time.perf_counter() + budget_seconds
     round_.budget_seconds = budget_seconds
-    round_.resume = resume
+    round_.progress = progress or Progress()
     round_.recheck = recheck
     round_.repacking = repacking
     return round_.run(after)
@@ -186,12 +193,18 @@ class _Round:
         self.why_not: dict[str, str] = {}
         self.deadline: float | None = None
         self.budget_seconds: float | None = None
-        self.resume = 0
+        self.progress = Progress()
         self.recheck = False
         self.repacking = True
-        self.next_resume = 0
-        # Candidates single-node consolidation looked at this round, and those its time left unreached.
+        # Where single-node consolidation and repacking go on next round, whether they ran, and
+        # how much of their ground they covered (single-node consolidation: the candidates it
+        # looked at this round, and those its time left unreached).
+        self.next_resume = self.next_window = 0
+        self.single_node_ran = self.repacking_ran = False
         self.reached = self.unreached = 0
+        self.windows_looked = 0
+        self.windows: int | None = None  # (None: repacking did not look this round)
+        self.single_node_candidates: int | None = None  # (None: it did not run)
         self.final_notes: set[str] = set()
         self.uninitialized = frozenset(c.name for c in candidates if not c.initialized)
         # Budgets count the pool's initialized nodes; those NotReady or already going away use
@@ -249,7 +262,27 @@ class _Round:
             else "nothing to do: it is not empty, not drifted, and no cheaper arrangement without it was found"
         )
         not_candidates = {c.name: self.why_not.get(c.name, left_alone) for c in self.candidates if c.name not in chosen}
-        return DisruptionPlan(tuple(commands), not_candidates, self.next_resume, self.reached, self.unreached)
+        progress, consolidated = self._progress(bool(commands))
+        return DisruptionPlan(tuple(commands), not_candidates, progress, self.reached, self.unreached, consolidated)
+
+    def _progress(self, found: bool) -> tuple[Progress, bool]:
+        """Where consolidation goes on next round, and whether it is consolidated: every
+        candidate and every repacking window looked at since the last command, nothing found.
+        A command starts the count again (the cluster changes); so does a finished cycle."""
+        p = self.progress
+        if self.recheck:
+            return p, False
+        single = self.next_resume if self.single_node_ran else p.single_node
+        window = self.next_window if self.repacking_ran else p.repacking
+        if found:
+            return Progress(single, 0, window, 0), False
+        looked = p.looked + self.reached
+        repacked = p.repacked + self.windows_looked
+        candidates, windows = self.single_node_candidates, self.windows
+        single_done = candidates is not None and looked >= candidates
+        if single_done and (not self.repacking or (windows is not None and repacked >= windows)):
+            return Progress(single, 0, window, 0), True
+        return Progress(single, looked, window, repacked), False
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
@@ -494,7 +527,15 @@ class _Round:
     def _single_node(self, open_: Sequence[Candidate]) -> list[Command]:
         budget = _Budget(self, UNDERUTILIZED)
         ordered = interleave_pools(self._consolidatable(open_))
-        start = self.resume % len(ordered) if ordered else 0
+        self.single_node_candidates = len(ordered)
+        if self.settled():
+            # Nothing new to say until the cluster changes (upstream skips a consolidated
+            # cluster too): this round's time goes to repacking, which goes on after it.
+            for c in ordered:
+                self.note(c, SETTLED)
+            return []
+        self.single_node_ran = True
+        start = self.progress.single_node % len(ordered) if ordered else 0
         for step, c in enumerate(ordered[start:] + ordered[:start]):
             if step and self.out_of_time():
                 # Upstream times single-node consolidation out too; here the next round goes on
@@ -591,32 +632,51 @@ class _Round:
 
     # ------------------------------------------------------------------ 6. repacking (karpweb's)
 
+    def settled(self) -> bool:
+        """Single-node consolidation looked at every candidate since the last command (over the
+        rounds: ``Progress``) and found nothing."""
+        looked, candidates = self.progress.looked, self.single_node_candidates
+        return not self.recheck and candidates is not None and 0 < candidates <= looked
+
     def _repack(self, open_: Sequence[Candidate]) -> list[Command]:
-        """Per NodePool, its candidates in consolidation order, as many at a time as its budget
-        allows and ``REPACK_MAX_NODES`` at most (windows over the order while time is left),
-        packed anew with THE solver."""
-        if not self.repacking or self.unreached or self.out_of_time():
+        """The windows (``_windows``) packed anew with THE solver in turn, from where the last
+        round stopped, while time is left; in a round that is repacking's turn (``settled``),
+        the first window even without."""
+        if not self.repacking or self.unreached or (self.out_of_time() and not self.settled()):
             return []  # (or single-node consolidation has not looked at every candidate yet)
+        windows = self._windows(open_)
+        self.windows = len(windows)
+        if not windows:
+            return []
+        self.repacking_ran = True
+        start = self.progress.repacking % len(windows)
+        for step, group in enumerate(windows[start:] + windows[:start]):
+            if step and self.out_of_time():
+                self.next_window, self.windows_looked = (start + step) % len(windows), step
+                return []
+            command = self._repack_group(group)
+            if command is not None:
+                self.next_window, self.windows_looked = (start + step + 1) % len(windows), step + 1
+                return [command]
+        self.next_window, self.windows_looked = start, len(windows)
+        return []
+
+    def _windows(self, open_: Sequence[Candidate]) -> list[Sequence[Candidate]]:
+        """Per NodePool, its candidates in consolidation order (those backing off after a
+        cancelled re-check left out), as many at a time as its budget allows and
+        ``REPACK_MAX_NODES`` at most."""
         budget = _Budget(self, UNDERUTILIZED)
         by_pool: dict[str, list[Candidate]] = {}
         for c in self._consolidatable(open_):
             if not self.recheck and recheck_backoff(c, self.now) > 0:
                 continue
             by_pool.setdefault(c.nodepool, []).append(c)
+        windows: list[Sequence[Candidate]] = []
         for pool, members in sorted(by_pool.items()):
             size = min(budget.left(pool), REPACK_MAX_NODES)
-            if size < 2:
-                continue
-            for start in range(0, len(members) - 1, size):
-                if self.out_of_time():
-                    return []
-                group = members[start : start + size]
-                if len(group) < 2:
-                    break
-                command = self._repack_group(group)
-                if command is not None:
-                    return [command]
-        return []
+            if size >= 2:
+                windows += [members[i : i + size] for i in range(0, len(members) - 1, size)]
+        return [group for group in windows if len(group) > 1]
 
     def _repack_group(self, group: Sequence[Candidate]) -> Command | None:
         cluster = self.cluster

@@ -15,9 +15,10 @@ dashboard; every node left alone gets a sentence saying why.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -32,7 +33,7 @@ from provisioning.disruption import drain as draining
 from provisioning.disruption import drift, planner
 from provisioning.disruption.candidates import RECHECK_BACKOFF_WINDOW_SECONDS
 from provisioning.disruption.eviction import reschedulable
-from provisioning.disruption.model import UNDERUTILIZED, Command, PoolPolicy, parse_duration
+from provisioning.disruption.model import UNDERUTILIZED, Command, PoolPolicy, Progress, parse_duration
 from provisioning.disruption.nodes import POOL, Claim, parse_time
 from provisioning.models import ClusterNode, ClusterPod, Disruption, EC2NodeClass, NodeClaim, NodePool
 from provisioning.scheduling.manifestfields import PodError
@@ -152,9 +153,9 @@ def plan(now=None, recheck: Disruption | None = None, after: str | None = None, 
         now,
         after=after,
         budget_seconds=_consolidation_seconds(round_started),
-        resume=_resume(),
+        progress=_progress(),
     )
-    _resume(result.resume)
+    _progress(result.progress)
     _stamp_drift(candidates, now)
     in_command = {name for c in result.commands for name in c.candidates}
     for name, why in result.not_candidates.items():
@@ -196,7 +197,9 @@ def what_if(now=None) -> dict:
         picture.candidates,
         now,
         budget_seconds=settings.KARPWEB_CONSOLIDATION_SECONDS,
-        resume=_resume(),  # where the next round goes on; read, not moved
+        # Where the next round's single-node consolidation goes on, read, not moved; every
+        # candidate is looked at (not skipped as a round that is repacking's turn would).
+        progress=Progress(single_node=_progress().single_node),
     )
     return answer(picture, picture.candidates, result, time.perf_counter() - started)
 
@@ -229,31 +232,35 @@ def _consolidation_seconds(round_started: float | None) -> float:
     return min(budget, max(MIN_CONSOLIDATION_SECONDS, left))
 
 
-RESUME_KEY = "karpweb:disruption:single-node-resume"
+PROGRESS_KEY = "karpweb:disruption:consolidation-progress"
 
 
-_resume_here = 0  # without Redis: this process's own resume point
+_progress_here = Progress()  # without Redis: this process's own
 
 
-def _resume(value: int | None = None) -> int:
-    """Where single-node consolidation goes on this round (read), or next round (``value``),
-    kept in Redis so every worker goes on from the same place. Without Redis this process keeps
-    it (starting from the top every round would never look past the first candidates a round
-    has time for)."""
-    global _resume_here
+def _progress(value: Progress | None = None) -> Progress:
+    """Where consolidation goes on this round (read), or next round (``value``): kept in Redis
+    so every worker goes on from the same place. Without Redis this process keeps it (starting
+    from the top every round would never look past the first candidates a round has time for,
+    and repacking, after them, would never get its turn)."""
+    global _progress_here
     from provisioning.services import connections
 
     if value is not None:
-        _resume_here = value
+        _progress_here = value
     try:
         redis = connections.get_redis()
         if value is not None:
-            redis.set(RESUME_KEY, value)
+            redis.set(PROGRESS_KEY, json.dumps(asdict(value)))
             return value
-        return int(redis.get(RESUME_KEY) or 0)
+        stored = redis.get(PROGRESS_KEY)
     except Exception as exc:
-        log.debug("single-node resume point not in Redis (kept by this process): %s", exc)
-        return _resume_here
+        log.debug("consolidation's progress not in Redis (kept by this process): %s", exc)
+        return _progress_here
+    try:
+        return Progress(**json.loads(stored)) if stored else Progress()
+    except (TypeError, ValueError):  # written by another version: start over
+        return Progress()
 
 
 def _stamp_drift(candidates, now) -> None:
