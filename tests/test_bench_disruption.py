@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "disruption.py"
+GROUPS = BENCH.with_name("repack_groups.py")
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_disruption", BENCH)
+def _bench(path: Path = BENCH):
+    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -67,6 +69,22 @@ def test_a_tiny_cluster_is_consolidated_without_violations(capsys):
         "targets:",
     ):
         assert figure in out, figure
+
+    # What repacking could still do on the cluster the bench left converged.
+    assert _bench(GROUPS).main(["--samples", "3", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "candidates for consolidation" in out and "all packed at once" in out
+    counts = [int(n) for n in re.findall(r"random groups of \d: (\d+) of 3 repacked", out)]
+    assert counts and all(0 <= n <= 3 for n in counts)
+    # The whole repacking with the pinned nodes as they are now is never below its LP bound.
+    bound, arranged = map(float, re.search(r"bound \$([\d.]+)/h, whole repacking \$([\d.]+)/h", out).groups())
+    assert arranged >= bound * 0.999 and bound >= refs["lp"] * 0.999
+
+
+@pytest.mark.django_db
+def test_repack_groups_says_so_when_there_is_no_cluster_to_read(capsys):
+    assert _bench(GROUPS).main([]) == 2
+    assert "run bench/disruption.py with the same DATABASE_URL first" in capsys.readouterr().out
 
 
 @pytest.mark.slow
