@@ -411,6 +411,27 @@ def test_a_drain_past_its_share_of_the_round_leaves_the_other_nodes_for_the_next
     assert not ClusterNode.objects.filter(name__in=["ip-a", "ip-b"]).exists()
 
 
+def test_a_round_whose_rechecks_took_half_its_time_leaves_planning_to_the_next(cluster, settings):
+    every_node = {**CONSOLIDATE_AT_ONCE, "budgets": [{"nodes": "100%"}]}
+    on_demand = requirement("karpenter.sh/capacity-type", "on-demand")
+    apply_manifest(nodepool(on_demand, disruption=every_node), source="cli")
+    add_node("ip-a")
+    now = timezone.now()
+    first = disruption.run(now)
+    assert first.reason == "Empty" and first.nodes == ["ip-a"]
+    add_node("ip-b")  # empty too, after the first round planned
+    settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 0.0  # any re-check takes more than half of it
+    try:
+        disruption.run(now + timedelta(seconds=16))
+        first.refresh_from_db()
+        assert first.state == Disruption.State.DRAINING  # re-checked and started, as ever
+        assert list(Disruption.objects.values_list("nodes", flat=True)) == [["ip-a"]]  # nothing planned
+        disruption.run(now + timedelta(seconds=32))  # no re-check due: this round plans
+    finally:
+        settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 4.0
+    assert Disruption.objects.filter(nodes=["ip-b"], reason="Empty").exists()
+
+
 def test_a_drain_over_several_rounds_says_it_is_terminating_the_node_once(cluster):
     """The node is tainted, cordoned and announced (DisruptionTerminating) when its drain begins,
     not again every round it waits (here for a do-not-disrupt pod until the grace period)."""

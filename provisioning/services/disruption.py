@@ -77,7 +77,8 @@ def run(now=None) -> Disruption | None:
     in every later simulation, and an expiring node never holds consolidation up.
 
     A round aims at ``KARPWEB_DISRUPTION_ROUND_SECONDS``: consolidation gets what the steps
-    before it left (at least half a second), and the drains come last with what is left then (also
+    before it left (at least half a second; when re-checks took half the round, no planning
+    this round), and the drains come last with what is left then (also
     at least half a second, upstream's eviction queue being rate-limited too): a drain's nodes not
     begun by then are drained next round."""
     started = time.perf_counter()
@@ -105,6 +106,13 @@ def _plan_round(now, rechecked: list[Disruption], started: float) -> Disruption 
     last = max((planner.METHODS.index(m) for m in methods if m), default=None)
     if last is not None and last == len(planner.METHODS) - 1:
         return dropped[0]
+    spent = time.perf_counter() - started
+    if rechecked and spent > settings.KARPWEB_DISRUPTION_ROUND_SECONDS / 2:
+        # Each re-check reads the whole cluster and simulates; after half the round, planning
+        # (reading it again, the simulations, the notes) would run the round well past its time.
+        # The next round has no re-check of a command planned now, so it plans first thing.
+        log.info("disruption round: the re-checks took %.1f s, half the round: planning waits a round", spent)
+        return next(iter(dropped), None)
     result = plan(now, after=None if last is None else planner.METHODS[last], round_started=started)
     recorded = [_record(command, now, drain=False) for command in result.commands]
     return next(iter(recorded), None)
