@@ -432,6 +432,22 @@ def test_a_round_whose_rechecks_took_half_its_time_leaves_planning_to_the_next(c
     assert Disruption.objects.filter(nodes=["ip-b"], reason="Empty").exists()
 
 
+def test_a_command_not_yet_due_for_its_recheck_does_not_hold_planning_up(cluster, settings):
+    every_node = {**CONSOLIDATE_AT_ONCE, "budgets": [{"nodes": "100%"}]}
+    on_demand = requirement("karpenter.sh/capacity-type", "on-demand")
+    apply_manifest(nodepool(on_demand, disruption=every_node), source="cli")
+    add_node("ip-a")
+    now = timezone.now()
+    disruption.run(now)
+    add_node("ip-b")
+    settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 0.0
+    try:
+        disruption.run(now + timedelta(seconds=5))  # the first command waits for its re-check
+    finally:
+        settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 4.0
+    assert sorted(Disruption.objects.values_list("nodes", flat=True)) == [["ip-a"], ["ip-b"]]
+
+
 def test_a_drain_over_several_rounds_says_it_is_terminating_the_node_once(cluster):
     """The node is tainted, cordoned and announced (DisruptionTerminating) when its drain begins,
     not again every round it waits (here for a do-not-disrupt pod until the grace period)."""

@@ -107,7 +107,8 @@ def _plan_round(now, rechecked: list[Disruption], started: float) -> Disruption 
     if last is not None and last == len(planner.METHODS) - 1:
         return dropped[0]
     spent = time.perf_counter() - started
-    if rechecked and spent > settings.KARPWEB_DISRUPTION_ROUND_SECONDS / 2:
+    rechecks = any(now - d.planned_at >= VALIDATION_DELAY for d in rechecked)
+    if rechecks and spent > settings.KARPWEB_DISRUPTION_ROUND_SECONDS / 2:
         # Each re-check reads the whole cluster and simulates; after half the round, planning
         # (reading it again, the simulations, the notes) would run the round well past its time.
         # The next round has no re-check of a command planned now, so it plans first thing.
