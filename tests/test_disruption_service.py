@@ -411,40 +411,35 @@ def test_a_drain_past_its_share_of_the_round_leaves_the_other_nodes_for_the_next
     assert not ClusterNode.objects.filter(name__in=["ip-a", "ip-b"]).exists()
 
 
-def test_a_round_whose_rechecks_took_half_its_time_leaves_planning_to_the_next(cluster, settings):
+def _one_empty_node_planned_then_another(now) -> Disruption:
+    """Under a budget that allows every node: ip-a empty and planned at ``now``; then ip-b empty too."""
     every_node = {**CONSOLIDATE_AT_ONCE, "budgets": [{"nodes": "100%"}]}
     on_demand = requirement("karpenter.sh/capacity-type", "on-demand")
     apply_manifest(nodepool(on_demand, disruption=every_node), source="cli")
     add_node("ip-a")
-    now = timezone.now()
     first = disruption.run(now)
     assert first.reason == "Empty" and first.nodes == ["ip-a"]
-    add_node("ip-b")  # empty too, after the first round planned
+    add_node("ip-b")
+    return first
+
+
+def test_a_round_whose_rechecks_took_half_its_time_leaves_planning_to_the_next(cluster, settings):
+    now = timezone.now()
+    first = _one_empty_node_planned_then_another(now)
     settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 0.0  # any re-check takes more than half of it
-    try:
-        disruption.run(now + timedelta(seconds=16))
-        first.refresh_from_db()
-        assert first.state == Disruption.State.DRAINING  # re-checked and started, as ever
-        assert list(Disruption.objects.values_list("nodes", flat=True)) == [["ip-a"]]  # nothing planned
-        disruption.run(now + timedelta(seconds=32))  # no re-check due: this round plans
-    finally:
-        settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 4.0
+    disruption.run(now + timedelta(seconds=16))
+    first.refresh_from_db()
+    assert first.state == Disruption.State.DRAINING  # re-checked and started, as ever
+    assert list(Disruption.objects.values_list("nodes", flat=True)) == [["ip-a"]]  # nothing planned
+    disruption.run(now + timedelta(seconds=32))  # no re-check due: this round plans
     assert Disruption.objects.filter(nodes=["ip-b"], reason="Empty").exists()
 
 
 def test_a_command_not_yet_due_for_its_recheck_does_not_hold_planning_up(cluster, settings):
-    every_node = {**CONSOLIDATE_AT_ONCE, "budgets": [{"nodes": "100%"}]}
-    on_demand = requirement("karpenter.sh/capacity-type", "on-demand")
-    apply_manifest(nodepool(on_demand, disruption=every_node), source="cli")
-    add_node("ip-a")
     now = timezone.now()
-    disruption.run(now)
-    add_node("ip-b")
+    _one_empty_node_planned_then_another(now)
     settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 0.0
-    try:
-        disruption.run(now + timedelta(seconds=5))  # the first command waits for its re-check
-    finally:
-        settings.KARPWEB_DISRUPTION_ROUND_SECONDS = 4.0
+    disruption.run(now + timedelta(seconds=5))  # the first command waits for its re-check
     assert sorted(Disruption.objects.values_list("nodes", flat=True)) == [["ip-a"], ["ip-b"]]
 
 
