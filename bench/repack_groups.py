@@ -86,11 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         suggested = _suggested_groups(members, whole.plan, planner.REPACK_MAX_NODES)
         made = [round_._repack_group([c for c in members if c.name in group]) for group in suggested]
         print(f"  groups the whole packing suggests: {sum(c is not None for c in made)} of {len(suggested)} repacked")
-    pinned = bench.pinned_pods()
-    now_held: dict[str, set] = {}
-    for row in ClusterPod.objects.filter(node_name__in=pinned).only("namespace", "name", "node_name"):
-        now_held.setdefault(row.node_name, set()).add(row.key)
-    refs = bench.references(load_catalog(), {name: frozenset(keys) for name, keys in now_held.items()})
+    # What the bench reads as the rounds begin, read now: every pod on a node nothing may disrupt.
+    refs = bench.references(load_catalog(), bench.held_at_start())
     print(
         f"\nthe pinned nodes holding what they hold now ({refs['pinned_pods']:,} pods on {refs['pinned_nodes']} "
         f"nodes): bound ${refs['reachable']:.2f}/h, whole repacking ${refs['arranged']:.2f}/h "
