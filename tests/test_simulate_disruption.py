@@ -202,6 +202,18 @@ def test_invalid_input_exits_2_naming_the_document_and_field(tmp_path):
     assert code == 2 and "--now" in err
 
 
+def test_an_unreadable_creation_timestamp_is_refused_not_read_as_now(tmp_path):
+    """A node's age decides expiration and consolidateAfter: read as "now", a node created long
+    ago would silently be neither expired nor consolidated."""
+    for documents, document in (
+        ([NODECLASS, nodepool(), node("ip-a", created="last week")], "Node ip-a"),
+        ([NODECLASS, nodepool(), node("ip-a"), pod("web-1", "ip-a", created="2026-13-01T00:00:00Z")], "Pod"),
+    ):
+        code, out, err = run(tmp_path, documents, "--now", NOW)
+        assert code == 2 and out == "", err
+        assert document in err and "metadata.creationTimestamp" in err and "is not an RFC 3339 time" in err
+
+
 def test_the_table_lists_commands_and_nodes(tmp_path):
     code, out, _ = run(tmp_path, cluster(), "--now", NOW)
     assert code == 0

@@ -8,6 +8,7 @@ Optional objects and lists read null as empty.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 from provisioning.scheduling.frozen import FrozenMap, frozen_map
@@ -21,6 +22,7 @@ __all__ = [
     "read_str",
     "read_str_list",
     "read_str_map",
+    "read_time",
     "type_name",
 ]
 
@@ -134,3 +136,24 @@ def read_str_map(value: Any, path: str) -> FrozenMap:
 def read_str_list(value: Any, path: str) -> tuple[str, ...]:
     items = read_list(value, path)
     return tuple(read_str(item, f"{path}[{i}]", required=True) for i, item in enumerate(items))
+
+
+def read_time(value: Any, path: str) -> str | None:
+    """An RFC 3339 time (``creationTimestamp``) as written; None when absent. A YAML loader may
+    hand over a datetime for an unquoted time: it is written back as UTC text. Anything
+    unreadable is refused rather than read as "now", which would make every node young (never
+    expired, never past consolidateAfter)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = read_str(value, path)
+    if not text:
+        return None
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise PodError(path, f"{text!r} is not an RFC 3339 time such as 2026-01-02T03:04:05Z") from None
+    return text

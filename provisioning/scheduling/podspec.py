@@ -16,7 +16,6 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from provisioning.scheduling.frozen import frozen_map, intern
@@ -30,6 +29,7 @@ from provisioning.scheduling.manifestfields import (
     read_str,
     read_str_list,
     read_str_map,
+    read_time,
     type_name,
 )
 from provisioning.scheduling.pods import (
@@ -109,7 +109,7 @@ def _read_pod(manifest: Any) -> Pod:
             # A static pod: upstream's IsOwnedByNode reads any Node reference, controller or not.
             owner = Owner("Node", read_str(ref.get("name"), f"metadata.ownerReferences[{i}].name"))
     uid = read_str(metadata.get("uid"), "metadata.uid") or None
-    created = _timestamp(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
+    created = read_time(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
     pod = parse_pod(
         metadata,
         manifest.get("spec"),
@@ -130,7 +130,7 @@ def _read_pod(manifest: Any) -> Pod:
             ready = read_str(condition.get("status"), f"status.conditions[{i}].status") == "True"
     deleting = metadata.get("deletionTimestamp") is not None
     annotations = read_str_map(metadata.get("annotations"), "metadata.annotations")
-    started = _timestamp(status.get("startTime"), "status.startTime")
+    started = read_time(status.get("startTime"), "status.startTime")
     if not (phase or deleting or annotations or ready is not None or started):
         return pod
     for slot, value in (
@@ -169,17 +169,6 @@ def pod_from_template(
         extra_labels=extra_labels,
         is_daemonset=is_daemonset,
     )
-
-
-def _timestamp(value: Any, path: str) -> str | None:
-    """RFC 3339 text; YAML loaders turn unquoted timestamps into datetimes, which are written back."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return read_str(value, path) or None
 
 
 def _join(prefix: str, name: str) -> str:

@@ -35,6 +35,7 @@ from provisioning.scheduling.manifestfields import (
     read_object,
     read_str,
     read_str_map,
+    read_time,
     type_name,
 )
 from provisioning.scheduling.pods import (
@@ -162,7 +163,7 @@ class ExistingNode:
             allocatable = capacity
         managed = "karpenter.sh/nodepool" in labels
         annotations = read_str_map(metadata.get("annotations"), "metadata.annotations")
-        created = metadata.get("creationTimestamp")
+        created = read_time(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
         conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
         ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), "True")
         return cls(
@@ -175,7 +176,7 @@ class ExistingNode:
             initialized=not managed or labels.get("karpenter.sh/initialized") == "true",
             deleting=metadata.get("deletionTimestamp") is not None,
             annotations=annotations,
-            creation_timestamp=created if isinstance(created, str) else None,
+            creation_timestamp=created,
             ready=ready == "True",
         )
 

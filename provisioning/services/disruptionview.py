@@ -17,6 +17,7 @@ from provisioning.disruption import drift
 from provisioning.disruption.eviction import Limits, budget_from_manifest
 from provisioning.disruption.model import Candidate, PoolPolicy
 from provisioning.disruption.nodes import Claim, candidate, parse_time
+from provisioning.disruption.text import plural
 from provisioning.scheduling.snapshot import Snapshot
 from provisioning.scheduling.workloads import ExistingNode
 from provisioning.services.simulate import SimulateError, read_cluster
@@ -275,5 +276,6 @@ def what_if_table(result: Mapping[str, Any]) -> str:
         mark = "*" if node["candidate"] else "-"
         lines.append(f"{mark} {node['name']}: {node['reason']}")
     stats = result["stats"]
-    lines.append(f"\n{stats['nodes']} nodes, {stats['pods']} pods, planned in {stats['seconds']:.3f} s")
+    counted = f"{plural(stats['nodes'], 'node')}, {plural(stats['pods'], 'pod')}"
+    lines.append(f"\n{counted}, planned in {stats['seconds']:.3f} s")
     return "\n".join(lines) + "\n"
