@@ -517,7 +517,23 @@ def test_the_disruption_what_if_rejects_invalid_input_with_a_status(viewer):
     bad = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "x"}, "spec": {"template": 3}}
     response = viewer.post("/api/v1/simulate/disruption/", [bad], format="json")
     assert response.status_code == 422 and "NodePool x" in response.json()["message"]
+    (cause,) = response.json()["details"]["causes"]
+    assert cause["field"] == "spec.template" and cause["message"].startswith("NodePool x: ")
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "creationTimestamp": "last week"}}
+    response = viewer.post("/api/v1/simulate/disruption/", [node], format="json")
+    assert response.status_code == 422
+    (cause,) = response.json()["details"]["causes"]
+    assert cause["field"] == "metadata.creationTimestamp" and cause["message"].startswith("Node n1: ")
     assert viewer.get("/api/v1/simulate/disruption/?now=soon").status_code == 400
+
+
+def test_the_what_if_names_each_invalid_field_in_the_status_causes(viewer):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "lots"}}
+    response = viewer.post("/api/v1/simulate/", [pod], format="json")
+    assert response.status_code == 422
+    (cause,) = response.json()["details"]["causes"]
+    assert cause["field"] == "spec.containers[0].resources.requests.cpu" and cause["message"].startswith("Pod p: ")
 
 
 def test_spend_series_by_capacity_type(viewer):

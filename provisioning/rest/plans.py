@@ -56,7 +56,7 @@ class Simulate(APIView):
                 snapshot, solved, notes = plan_documents(documents, catalog=load_catalog(), max_pods=whatif.MAX_PODS)
                 plan = plan_to_json(solved, snapshot)
         except SimulateError as exc:
-            return Response(errors.status_body(422, str(exc)), status=422)
+            return _invalid(exc)
         return Response(plan, headers=warning_header(notes))
 
 
@@ -77,7 +77,7 @@ class SimulateDisruption(APIView):
         try:
             return Response(disruption.what_if(_instant(request, "now", timezone.now())))
         except SimulateError as exc:  # the cluster as stored does not read: say what, not 500
-            return Response(errors.status_body(422, str(exc)), status=422)
+            return _invalid(exc)
 
     @extend_schema(
         summary="What-if disruption of a cluster given as documents",
@@ -102,8 +102,13 @@ class SimulateDisruption(APIView):
                 spot_to_spot=settings.KARPWEB_SPOT_TO_SPOT_CONSOLIDATION,
             )
         except SimulateError as exc:
-            return Response(errors.status_body(422, str(exc)), status=422)
+            return _invalid(exc)
         return Response(result, headers=warning_header(notes))
+
+
+def _invalid(exc: SimulateError) -> Response:
+    """422 as a Kubernetes Status: the problems in ``message``, each field in ``details.causes``."""
+    return Response(errors.status_body(422, str(exc), causes=exc.causes), status=422)
 
 
 def _instant(request: Request, name: str, default: datetime) -> datetime:

@@ -69,10 +69,18 @@ Solver = Callable[[Snapshot], Plan]
 
 class SimulateError(ValueError):
     """Invalid input: each problem names the document and the field
-    (``NodePool general: spec.template.spec.requirements[0].operator: ...``)."""
+    (``NodePool general: spec.template.spec.requirements[0].operator: ...``). A problem given
+    as a :class:`PodError` keeps them apart: ``causes`` lists them as a Kubernetes Status does
+    (``field``, and the ``message`` naming the document)."""
 
-    def __init__(self, problems: str | Sequence[str]) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
+    def __init__(self, problems: str | PodError | Sequence[str | PodError]) -> None:
+        given = [problems] if isinstance(problems, str | PodError) else list(problems)
+        self.problems = [str(problem) for problem in given]
+        self.causes = [
+            {"field": p.path, "message": f"{p.document}: {p.message}" if p.document else p.message}
+            for p in given
+            if isinstance(p, PodError) and p.path
+        ]
         super().__init__("\n".join(self.problems))
 
 
@@ -141,7 +149,7 @@ def read_cluster(
     try:
         workloads = expand_all(documents, max_pods=max_pods)
     except PodError as exc:
-        raise SimulateError(str(exc)) from None
+        raise SimulateError(exc) from None
     for skipped in workloads.skipped:
         what = f"{skipped.kind} {skipped.name}" if skipped.name else skipped.kind
         notes.append(f"skipped {what}: {skipped.note.removesuffix('; skipped')}")
@@ -387,7 +395,7 @@ def _validate_policies(policies: Sequence[dict], catalog: Catalog, notes: list[s
     """EC2NodeClass specs by name, NodePool specs in document order, defaulted, and the
     NodeOverlays; every error of every document at once. ``.reservations``: per EC2NodeClass,
     the capacity reservations its status lists."""
-    problems: list[str] = []
+    problems: list[PodError] = []
     nodeclasses: dict[str, dict[str, Any]] = {}
     reservations: dict[str, tuple[CapacityReservation, ...]] = {}
     nodepools: list[tuple[str, dict[str, Any]]] = []
@@ -402,12 +410,12 @@ def _validate_policies(policies: Sequence[dict], catalog: Catalog, notes: list[s
         result = crd.validate(document, catalog_labels=labels if kind in catalog_aware else None)
         where = describe(document)
         if not result.ok:
-            problems.extend(f"{where}: {error}" for error in result.errors)
+            problems.extend(PodError(error.path, error.message, where) for error in result.errors)
             continue
         notes.extend(f"warning: {where}: {warning}" for warning in result.warnings)
         name = result.name
         if (kind, name) in seen:
-            problems.append(f"{where}: metadata.name: {kind} {name} is defined more than once")
+            problems.append(PodError("metadata.name", f"{kind} {name} is defined more than once", where))
             continue
         seen.add((kind, name))
         spec = crd.default(document).get("spec") or {}
@@ -495,13 +503,13 @@ def _nodepool_input(
             .add(Requirement.of(NODEPOOL, "In", (name,)))
         )
     except ValueError as exc:  # the validator lets nothing through that fails here
-        raise SimulateError(f"{where}: spec.template.spec.requirements: {exc}") from None
+        raise SimulateError(PodError("spec.template.spec.requirements", str(exc), where)) from None
     limits: dict[str, int] = {}
     for resource, value in (spec.get("limits") or {}).items():
         try:
             limits[resource] = to_int(resource, value)
         except QuantityError as exc:
-            raise SimulateError(f"{where}: spec.limits[{resource}]: {exc}") from None
+            raise SimulateError(PodError(f"spec.limits[{resource}]", str(exc), where)) from None
 
     ref = (tspec.get("nodeClassRef") or {}).get("name", "")
     nodeclass_spec = nodeclasses.get(ref)
