@@ -363,6 +363,27 @@ def test_sim_apply_rejects_bad_input_naming_the_document(tmp_path, capsys, polic
     assert not ClusterPod.objects.exists() and not Decision.objects.exists()
 
 
+def test_sim_apply_writes_nothing_when_a_document_is_invalid_and_names_every_bad_policy(tmp_path, capsys, policies):
+    """As kubectl's validation refuses a bad file before it reaches the cluster: a good NodePool
+    before a bad one is not applied, nor are the pods after them."""
+    from builders import nodepool, requirement
+
+    from provisioning.models import NodePool
+
+    good = nodepool(requirement("karpenter.sh/capacity-type", "spot"), name="spot")
+    bad = nodepool(requirement("karpenter.sh/capacity-type", "spot", operator="Maybe"), name="broken")
+    worse = nodepool(name="worse", disruption={"consolidateAfter": "soon"})
+    path = tmp_path / "app.yaml"
+    path.write_text(yaml.safe_dump_all([good, bad, worse, deployment("web", 2)]))
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("sim", "apply", "-f", str(path))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "NodePool/broken" in err and "requirements[0].operator" in err
+    assert "NodePool/worse" in err and "consolidateAfter" in err
+    assert not NodePool.objects.filter(name="spot").exists() and not ClusterPod.objects.exists()
+
+
 def test_a_window_lost_with_redis_is_opened_again_by_the_sweep(redis, policies, monkeypatch):
     from provisioning import tasks
 

@@ -58,11 +58,16 @@ class Command(BaseCommand):
             self._node(options["name"], options["condition"], options["since"])
             return
         documents = self._read(options["filename"])
+        # Every document is checked before anything is written: a bad one further down the
+        # file leaves the cluster as it was, and the policies' errors are all said at once.
+        problems = self._policy_problems(documents) if action == "apply" else []
         try:
             pods, notes = simulated.workload_pods(documents)
             budgets = simulated.budget_documents(documents)
         except simulated.SubmitError as exc:
-            self._invalid(str(exc))
+            problems.append(str(exc))
+        if problems:
+            self._invalid("\n".join(problems))
         for note in notes:
             self.stderr.write(note)
         if action == "apply":
@@ -88,13 +93,21 @@ class Command(BaseCommand):
         except Exception as exc:  # no REDIS_URL in this shell, or Redis down
             self.stderr.write(f"note: the pipeline will find the pods on its next sweep ({exc})")
 
+    def _policy_problems(self, documents: list) -> list[str]:
+        problems = []
+        for document in _policies(documents):
+            try:
+                policy.apply_manifest(document, source="cli", dry_run=True)
+            except policy.PolicyError as exc:
+                problems.append(str(exc))
+        return problems
+
     def _apply_policies(self, documents: list) -> None:
-        for document in documents:
-            if isinstance(document, dict) and document.get("kind") in crd.KINDS:
-                try:
-                    policy.apply_manifest(document, source="cli", actor="sim apply")
-                except policy.Invalid as exc:
-                    self._invalid(str(exc))
+        for document in _policies(documents):
+            try:
+                policy.apply_manifest(document, source="cli", actor="sim apply")
+            except policy.PolicyError as exc:  # checked before; changed since by someone else
+                self._invalid(str(exc))
 
     def _read(self, filenames: list[str]) -> list:
         try:
@@ -178,3 +191,7 @@ class Command(BaseCommand):
         self.stderr.write(f"invalid input: {message}")
         sys.stderr.flush()
         sys.exit(EXIT_INVALID)
+
+
+def _policies(documents: list) -> list[dict]:
+    return [d for d in documents if isinstance(d, dict) and d.get("kind") in crd.KINDS]
