@@ -214,6 +214,20 @@ def test_an_unreadable_creation_timestamp_is_refused_not_read_as_now(tmp_path):
         assert document in err and "metadata.creationTimestamp" in err and "is not an RFC 3339 time" in err
 
 
+def test_a_budget_the_api_server_would_refuse_is_invalid_input_not_a_budget_allowing_everything(tmp_path):
+    """``minAvailable: "eighty"`` read as 0 would let the what-if evict every pod it guards."""
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"minAvailable": "eighty", "selector": {"matchLabels": {"app": "web"}}},
+    }
+    documents = [NODECLASS, nodepool(), node("ip-a"), pod("web-1", "ip-a", labels={"app": "web"}), budget]
+    code, out, err = run(tmp_path, documents, "--now", NOW)
+    assert code == 2 and out == "", err
+    assert "PodDisruptionBudget default/web: spec.minAvailable: must be an integer or a percent" in err
+
+
 def test_the_table_lists_commands_and_nodes(tmp_path):
     code, out, _ = run(tmp_path, cluster(), "--now", NOW)
     assert code == 0

@@ -130,8 +130,7 @@ def test_sim_apply_stores_the_budget_status_lists_it_and_delete_removes_it(tmp_p
             pdb(selector={"matchExpressions": [{"key": "app", "operator": "Is"}]}, maxUnavailable=1),
             "spec.selector.matchExpressions[0].operator",
         ),
-        (pdb(minAvailable=1, maxUnavailable=1), "spec: needs exactly one of minAvailable and maxUnavailable"),
-        (pdb(), "spec: needs exactly one of minAvailable and maxUnavailable; neither"),
+        (pdb(minAvailable=1, maxUnavailable=1), "spec: minAvailable and maxUnavailable cannot be both set"),
         (pdb(minAvailable=-1), "spec.minAvailable: must be ≥ 0"),
         (pdb(maxUnavailable="150%"), "spec.maxUnavailable: must be an integer or a percent"),
         (pdb(maxUnavailable="one"), "spec.maxUnavailable: must be an integer or a percent"),
@@ -142,7 +141,7 @@ def test_sim_apply_stores_the_budget_status_lists_it_and_delete_removes_it(tmp_p
             "spec.unhealthyPodEvictionPolicy: must be IfHealthyBudget or AlwaysAllow",
         ),
         ({**pdb(maxUnavailable=1), "apiVersion": "policy/v1beta1"}, "apiVersion: must be policy/v1"),
-        ({**pdb(maxUnavailable=1), "spec": None}, "spec: is required"),
+        ({**pdb(maxUnavailable=1), "spec": "all"}, "spec: must be an object"),
     ],
 )
 def test_an_invalid_budget_exits_2_naming_the_document_and_the_field(tmp_path, capsys, no_redis, document, expected):
@@ -195,6 +194,8 @@ def four_web_pods():
         ({"minAvailable": "60%"}, (4, 3, 3, 0)),  # 2.4 rounded up
         ({"maxUnavailable": "30%"}, (4, 3, 2, 1)),  # 1.2 rounded up: 4 - 2
         ({"maxUnavailable": "100%"}, (4, 3, 0, 3)),
+        # Neither (valid to the API server): the controller expects no pod and allows nothing.
+        ({}, (0, 3, 0, 0)),
         # An empty selector selects every pod of its namespace (policy/v1): api-0 too.
         ({"maxUnavailable": 2, "selector": {}}, (5, 4, 3, 1)),
         ({"maxUnavailable": 1, "selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}, (5, 4, 4, 0)),

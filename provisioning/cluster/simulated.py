@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -32,6 +31,7 @@ from provisioning.models import ClusterNode, ClusterPDB, ClusterPod, NodeClaim
 from provisioning.scheduling.instancetypes import InstanceType
 from provisioning.scheduling.labelselector import LabelSelector
 from provisioning.scheduling.manifestfields import PodError
+from provisioning.scheduling.pdbspec import PDB_KIND, read_budget
 from provisioning.scheduling.pods import Pod
 from provisioning.scheduling.snapshot import Snapshot
 from provisioning.scheduling.workloads import REPLICATED_KINDS, expand_all
@@ -225,8 +225,6 @@ class SubmitError(ValueError):
 def workload_pods(documents: Sequence[Any]) -> tuple[list[Manifest], list[str]]:
     """Pod manifests for the workloads in ``documents`` (named as ``simulate`` names them),
     and notes for the documents skipped. Validated by the solver's parser first."""
-    from provisioning.scheduling.pods import PodError
-
     try:
         workloads = expand_all(documents)
     except PodError as exc:
@@ -342,62 +340,15 @@ def _touch(node_name: str) -> None:
 
 # ------------------------------------------------------------------ PodDisruptionBudgets
 
-PDB_KIND = "PodDisruptionBudget"
-PDB_API_VERSION = "policy/v1"
-UNHEALTHY_POD_EVICTION_POLICIES = ("IfHealthyBudget", "AlwaysAllow")
-_PERCENT = re.compile(r"(0|[1-9][0-9]*)%")
-_SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink")
-
 
 def budget_documents(documents: Sequence[Any]) -> list[Manifest]:
     """The PodDisruptionBudgets of ``documents``, validated and as they are stored (namespace
     set, no status or server fields). Raises :class:`SubmitError` naming the document and
     the field."""
-    return [_valid_budget(d) for d in documents if isinstance(d, dict) and d.get("kind") == PDB_KIND]
-
-
-def _valid_budget(document: Manifest) -> Manifest:
-    metadata = document.get("metadata")
-    if not isinstance(metadata, dict):
-        raise SubmitError(f"{PDB_KIND}: metadata: must be an object with a name")
-    name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
-    if not isinstance(name, str) or not name:
-        raise SubmitError(f"{PDB_KIND}: metadata.name: is required")
-    if not isinstance(namespace, str):
-        raise SubmitError(f"{PDB_KIND} {name}: metadata.namespace: must be a string")
-    where = f"{PDB_KIND} {namespace}/{name}"
-
-    def invalid(path: str, message: str) -> SubmitError:
-        return SubmitError(f"{where}: {path}: {message}")
-
-    api_version = document.get("apiVersion")
-    if api_version is not None and api_version != PDB_API_VERSION:
-        raise invalid("apiVersion", f"must be {PDB_API_VERSION}, not {api_version!r}")
-    spec = document.get("spec")
-    if not isinstance(spec, dict):
-        raise invalid("spec", "is required: an object with selector and minAvailable or maxUnavailable")
     try:
-        LabelSelector.from_manifest(spec.get("selector"), "spec.selector")
+        return [read_budget(d) for d in documents if isinstance(d, dict) and d.get("kind") == PDB_KIND]
     except PodError as exc:
-        raise SubmitError(f"{where}: {exc}") from None
-    given = [key for key in ("minAvailable", "maxUnavailable") if spec.get(key) is not None]
-    if len(given) != 1:
-        both = "both are given" if given else "neither is given"
-        raise invalid("spec", f"needs exactly one of minAvailable and maxUnavailable; {both}")
-    value = spec[given[0]]
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise invalid(f"spec.{given[0]}", f'must be an integer ≥ 0 or a percent such as "50%", not {value!r}')
-    if isinstance(value, int) and value < 0:
-        raise invalid(f"spec.{given[0]}", f"must be ≥ 0, not {value}")
-    if isinstance(value, str) and (not _PERCENT.fullmatch(value) or int(value[:-1]) > 100):
-        raise invalid(f"spec.{given[0]}", f'must be an integer or a percent from "0%" to "100%", not {value!r}')
-    policy = spec.get("unhealthyPodEvictionPolicy")
-    if policy is not None and policy not in UNHEALTHY_POD_EVICTION_POLICIES:
-        choices = " or ".join(UNHEALTHY_POD_EVICTION_POLICIES)
-        raise invalid("spec.unhealthyPodEvictionPolicy", f"must be {choices}, not {policy!r}")
-    kept = {k: copy.deepcopy(v) for k, v in metadata.items() if k not in _SERVER_METADATA}
-    kept["namespace"] = namespace
-    return {"apiVersion": PDB_API_VERSION, "kind": PDB_KIND, "metadata": kept, "spec": copy.deepcopy(spec)}
+        raise SubmitError(str(exc)) from None
 
 
 def apply_budgets(manifests: Sequence[Manifest]) -> list[tuple[str, str]]:
@@ -437,17 +388,20 @@ def budget_status(manifest: Manifest, namespace: str) -> Manifest:
     """The status the disruption controller writes for a policy/v1 budget over the pods of
     ``namespace``: the pods it selects are expected, the Ready ones healthy (a pod bound to a
     Ready node and running); a percent is of the expected pods, rounded up; no disruption is
-    allowed while no pod is expected. A null selector selects no pod, an empty one every pod
-    of the namespace. Counted by the database: a namespace may hold thousands of pods, and the
-    Eviction API asks this for every eviction a budget guards."""
+    allowed while no pod is expected (nor by a budget with neither minAvailable nor
+    maxUnavailable). A null selector selects no pod, an empty one every pod of the namespace.
+    Counted by the database: a namespace may hold thousands of pods, and the Eviction API asks
+    this for every eviction a budget guards."""
     spec = manifest.get("spec") or {}
     selected = _selected(namespace, budget_from_manifest(manifest).selector)
     counts = selected.aggregate(expected=Count("pk"), healthy=Count("pk", filter=_READY))
     expected, healthy = counts["expected"], counts["healthy"]
     if spec.get("maxUnavailable") is not None:
         desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
-    else:
-        desired = _scaled(spec.get("minAvailable"), expected)
+    elif spec.get("minAvailable") is not None:
+        desired = _scaled(spec["minAvailable"], expected)
+    else:  # neither: the controller's getExpectedPodCount expects no pod, so nothing is allowed
+        expected = desired = 0
     # The controller allows no more than the healthy pods, and nothing with none expected.
     allowed = min(disruptions_allowed(spec, expected, healthy), healthy) if expected else 0
     return {

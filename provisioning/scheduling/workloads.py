@@ -38,6 +38,7 @@ from provisioning.scheduling.manifestfields import (
     read_time,
     type_name,
 )
+from provisioning.scheduling.pdbspec import PDB_KIND, read_budget
 from provisioning.scheduling.pods import (
     DEFAULT_NAMESPACE,
     TAINT_EFFECTS,
@@ -398,7 +399,8 @@ def expand_all(documents: Iterable[Any], *, max_pods: int | None = None) -> Work
             labels = {"kubernetes.io/metadata.name": ns, **read_str_map(metadata.get("labels"), "metadata.labels")}
             namespaces.append((ns, frozen_map(labels)))
             continue
-        if kind == "PodDisruptionBudget":
+        if kind == PDB_KIND:
+            read_budget(document)  # checked as the API server would; kept as given, status and all
             budgets.append(document)
             continue
         _note_belonging(document, services, controllers)
