@@ -208,6 +208,9 @@ def test_an_unreadable_creation_timestamp_is_refused_not_read_as_now(tmp_path):
     for documents, document in (
         ([NODECLASS, nodepool(), node("ip-a", created="last week")], "Node ip-a"),
         ([NODECLASS, nodepool(), node("ip-a"), pod("web-1", "ip-a", created="2026-13-01T00:00:00Z")], "Pod"),
+        # Python reads these; the API server's RFC 3339 does not (no time, no offset).
+        ([NODECLASS, nodepool(), node("ip-a", created="2026-01-02")], "Node ip-a"),
+        ([NODECLASS, nodepool(), node("ip-a", created="2026-01-02T03:04:05")], "Node ip-a"),
     ):
         code, out, err = run(tmp_path, documents, "--now", NOW)
         assert code == 2 and out == "", err

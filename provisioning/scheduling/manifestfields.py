@@ -138,6 +138,11 @@ def read_str_list(value: Any, path: str) -> tuple[str, ...]:
     return tuple(read_str(item, f"{path}[{i}]", required=True) for i, item in enumerate(items))
 
 
+# What the API server's metav1.Time accepts (Go's time.RFC3339): a date alone, or a time
+# without its offset, is refused there, so it is here too.
+_RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})")
+
+
 def read_time(value: Any, path: str) -> str | None:
     """An RFC 3339 time (``creationTimestamp``) as written; None when absent. A YAML loader may
     hand over a datetime for an unquoted time: it is written back as UTC text. Anything
@@ -152,8 +157,10 @@ def read_time(value: Any, path: str) -> str | None:
     text = read_str(value, path)
     if not text:
         return None
-    try:
-        datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise PodError(path, f"{text!r} is not an RFC 3339 time such as 2026-01-02T03:04:05Z") from None
-    return text
+    if _RFC3339.fullmatch(text):
+        try:
+            datetime.fromisoformat(text.replace("Z", "+00:00"))  # the fields' ranges: no month 13
+            return text
+        except ValueError:
+            pass
+    raise PodError(path, f"{text!r} is not an RFC 3339 time such as 2026-01-02T03:04:05Z")
