@@ -139,7 +139,8 @@ def read_str_list(value: Any, path: str) -> tuple[str, ...]:
 
 
 # What the API server's metav1.Time accepts (Go's time.RFC3339): a date alone, or a time
-# without its offset, is refused there, so it is here too.
+# without its offset, is refused there, so it is here too. Stricter on purpose than the CRD
+# schema's "date-time" format (crd/schema.py), which follows OpenAPI's looser layouts.
 _RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})")
 
 
